@@ -1,0 +1,30 @@
+# tinygrad-vmap: pristine upstream tinygrad 0.12.0 + patches/ (see README.md, "How the fork is kept")
+PYTHON ?= python3
+FORK := $(PYTHON) tools/fork.py
+PIP := $(PYTHON) -m pip install -q --disable-pip-version-check
+
+.PHONY: fork patches check-patches setup setup-upstream test test-upstream upstream-baseline demo
+
+fork:            ## materialize pristine upstream + patches/ into tinygrad/ (FORCE=1 discards edits not exported)
+	$(FORK) fork $(if $(FORCE),--force)
+patches:         ## export edits to upstream files under tinygrad/ into patches/
+	$(FORK) patches
+check-patches:   ## fail when tinygrad/ and pristine + patches/ disagree
+	$(FORK) check
+
+setup:           ## everything `make test` needs on a fresh machine: clang, the Python test deps, the materialized fork
+	@command -v clang >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then echo "installing clang with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null; \
+	  else echo "clang is missing and I cannot install it (need root and apt-get): install clang, then run make again" >&2; exit 1; fi; }
+	$(PIP) $$($(FORK) deps test)
+	$(FORK) fork
+setup-upstream: setup
+	$(PIP) $$($(FORK) deps test-upstream)
+
+test: setup      ## the project's tests
+	$(PYTHON) -m pytest test
+test-upstream: setup-upstream   ## upstream's own suite (the pinned sdist's test/*.py) on the fork; fails only on failures vanilla lacks
+	cd tools && $(PYTHON) upstream_suite.py check
+upstream-baseline: setup-upstream   ## record vanilla 0.12.0's outcome of the same suite in test/upstream/vanilla.json
+	cd tools && $(PYTHON) upstream_suite.py baseline --runs 2

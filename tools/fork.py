@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""The fork tool: tinygrad-vmap is pristine upstream tinygrad (pinned in pyproject.toml) plus the unified diffs in patches/.
+
+  fork.py fork [--force]   materialize pristine + patches/ into tinygrad/ (refuses to overwrite edits not yet exported)
+  fork.py patches          export edits to upstream files under tinygrad/ back into patches/ (one patch per file, headers kept)
+  fork.py check            exit 1 when tinygrad/ and pristine + patches/ disagree, naming the files
+  fork.py pristine         print the directory holding pristine upstream (downloads and verifies it first)
+  fork.py sdist            print the directory of the extracted, verified upstream sdist (it holds upstream's test suite)
+  fork.py deps EXTRA       print the requirements of an optional extra in pyproject.toml
+
+The patch work is done by git: `git diff --no-index` exports, `git apply` applies. Downloads go through pip and are checked against
+the pinned sha256. FORK_CACHE overrides where downloads are kept (default: .cache/upstream in the repo).
+"""
+import hashlib, json, os, shutil, subprocess, sys, tarfile, tempfile, tomllib, zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = "tinygrad"  # the upstream package directory that is materialized
+DEFAULT_HEADER = "{path}: TODO say what this patch changes and why (make patches keeps this header)\n\n"
+
+class ForkError(Exception): pass
+
+def sha256(b:bytes) -> str: return hashlib.sha256(b).hexdigest()
+def pin(root:Path) -> dict: return tomllib.loads((root/"pyproject.toml").read_text())["tool"]["fork"]["upstream"]
+def cache_dir(root:Path) -> Path: return Path(os.environ.get("FORK_CACHE", root/".cache"/"upstream")).resolve()
+
+def fetch(root:Path, kind:str) -> Path:
+  """Return the cached, sha256-verified upstream wheel or sdist, downloading it with pip when missing."""
+  p, cache = pin(root), cache_dir(root)
+  f = cache/p[kind]["file"]
+  if not f.exists():
+    cache.mkdir(parents=True, exist_ok=True)
+    # pip must see the user's environment, not a PEP 517 build environment (which hides site-packages)
+    env = {k:v for k,v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE", "PIP_BUILD_TRACKER")}
+    fmt = ["--only-binary", ":all:"] if kind == "wheel" else ["--no-binary", ":all:"]
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", *fmt, "-d", str(cache), f"{p['name']}=={p['version']}"]
+    if (r := subprocess.run(cmd, env=env, capture_output=True, text=True)).returncode != 0 or not f.exists():
+      raise ForkError(f"could not download {f.name} with pip:\n{r.stdout}{r.stderr}")
+  if (got := sha256(f.read_bytes())) != p[kind]["sha256"]:
+    raise ForkError(f"sha256 mismatch for {f}: pinned {p[kind]['sha256']}, got {got}. Delete the file to download it again; "
+                    "if upstream really changed, the pin in pyproject.toml is what must be reviewed.")
+  return f
+
+def pristine(root:Path) -> Path:
+  """Directory holding pristine upstream `tinygrad/`, extracted from the verified wheel."""
+  whl = fetch(root, "wheel")
+  out = cache_dir(root)/f"pristine-{pin(root)['wheel']['sha256'][:16]}"
+  if not (out/".complete").exists():
+    shutil.rmtree(out, ignore_errors=True)
+    with zipfile.ZipFile(whl) as z:
+      for n in z.namelist():
+        if n.startswith(PKG+"/") and not n.endswith("/"): (out/n).parent.mkdir(parents=True, exist_ok=True); (out/n).write_bytes(z.read(n))
+    (out/".complete").touch()
+  return out
+
+def sdist(root:Path) -> Path:
+  """Directory of the extracted, verified upstream sdist."""
+  tgz, p = fetch(root, "sdist"), pin(root)
+  out = cache_dir(root)/f"sdist-{p['sdist']['sha256'][:16]}"
+  if not (out/".complete").exists():
+    shutil.rmtree(out, ignore_errors=True)
+    with tarfile.open(tgz) as t: t.extractall(out, filter="data")
+    (out/".complete").touch()
+  return out/f"{p['name']}-{p['version']}"
+
+def upstream_files(pdir:Path) -> list[str]: return sorted(str(f.relative_to(pdir)) for f in (pdir/PKG).rglob("*") if f.is_file())
+def patch_files(root:Path) -> list[Path]: return sorted((root/"patches").rglob("*.patch"))
+def header_of(patch:Path) -> str:
+  txt = patch.read_text()
+  return txt[:i] if (i := txt.find("diff --git ")) >= 0 else txt
+
+def expected(root:Path) -> dict[str, bytes]:
+  """pristine upstream with patches/ applied in sorted order, as {path: content}"""
+  pdir = pristine(root)
+  with tempfile.TemporaryDirectory() as tmp:
+    shutil.copytree(pdir/PKG, Path(tmp)/PKG)
+    for patch in patch_files(root):
+      r = subprocess.run(["git", "apply", "--whitespace=nowarn", str(patch)], cwd=tmp, capture_output=True, text=True)
+      if r.returncode != 0: raise ForkError(f"{patch.relative_to(root)} does not apply to pristine upstream:\n{r.stderr}")
+    return {f:(Path(tmp)/f).read_bytes() for f in upstream_files(Path(tmp))}
+
+def gitignore(files:list[str]) -> str:
+  return "# generated by tools/fork.py: upstream files, materialized by `make fork`, never committed\n" + \
+         "".join(f"/{f.removeprefix(PKG+'/')}\n" for f in files)
+
+def state_file(root:Path) -> Path: return root/".cache"/"fork-state.json"
+def load_state(root:Path) -> dict[str, str]: return json.loads(state_file(root).read_text()) if state_file(root).exists() else {}
+
+def dirty(root:Path, exp:dict[str, bytes]) -> list[str]:
+  """files that differ from pristine + patches/"""
+  return [f for f, b in exp.items() if not (root/f).exists() or (root/f).read_bytes() != b]
+
+def cmd_fork(root:Path, force=False) -> None:
+  exp, state = expected(root), load_state(root)
+  # an edit is a file that is neither what we should write nor what we wrote last time (a pull may change patches/ under us)
+  edited = [f for f in dirty(root, exp) if (root/f).exists() and sha256((root/f).read_bytes()) != state.get(f)]
+  if edited and not force:
+    raise ForkError("refusing to overwrite edits to upstream files that are not in patches/:\n  " + "\n  ".join(edited) +
+                    "\nrun `make patches` to export them, or `make fork FORCE=1` to discard them")
+  for f, b in exp.items():
+    if not (root/f).exists() or (root/f).read_bytes() != b: (root/f).parent.mkdir(parents=True, exist_ok=True); (root/f).write_bytes(b)
+  if not (gi := root/PKG/".gitignore").exists() or gi.read_text() != gitignore(list(exp)): gi.write_text(gitignore(list(exp)))
+  state_file(root).parent.mkdir(parents=True, exist_ok=True)
+  state_file(root).write_text(json.dumps({f:sha256(b) for f, b in exp.items()}, indent=0, sort_keys=True))
+
+def cmd_patches(root:Path) -> list[str]:
+  pdir = pristine(root)
+  files = upstream_files(pdir)
+  if missing := [f for f in files if not (root/f).exists()]: raise ForkError(f"not materialized (missing {missing[0]}): run `make fork` first")
+  changed = [f for f in files if (root/f).read_bytes() != (pdir/f).read_bytes()]
+  headers = {str(p.relative_to(root/"patches")).removesuffix(".patch"):header_of(p) for p in patch_files(root)}
+  for p in patch_files(root): p.unlink()
+  with tempfile.TemporaryDirectory() as tmp:
+    for f in changed:
+      for side, src in (("a", pdir/f), ("b", root/f)): (Path(tmp)/side/f).parent.mkdir(parents=True, exist_ok=True); (Path(tmp)/side/f).write_bytes(src.read_bytes())
+      r = subprocess.run(["git", "-c", "core.quotepath=off", "diff", "--no-index", "--no-prefix", "--no-color", "--no-ext-diff",
+                          "--diff-algorithm=myers", f"a/{f}", f"b/{f}"], cwd=tmp, capture_output=True, text=True)
+      if r.returncode != 1: raise ForkError(f"git diff failed on {f}:\n{r.stderr}")
+      (out := root/"patches"/(f+".patch")).parent.mkdir(parents=True, exist_ok=True)
+      out.write_text(headers.get(f, DEFAULT_HEADER.format(path=f)) + r.stdout)
+  for d in sorted((root/"patches").rglob("*"), reverse=True):  # drop directories left empty by reverted patches
+    if d.is_dir() and not any(d.iterdir()): d.rmdir()
+  cmd_fork(root)  # re-materialize so the recorded state matches what patches/ now says
+  return changed
+
+def cmd_check(root:Path) -> list[str]:
+  exp = expected(root)
+  problems = [f"{f}: differs from pristine + patches/ (run `make patches`, or `make fork` if it is not materialized)" for f in dirty(root, exp)]
+  problems += [f"{p.relative_to(root)}: header still says TODO" for p in patch_files(root) if "TODO" in header_of(p)]
+  if (gi := root/PKG/".gitignore").exists() and gi.read_text() != gitignore(list(exp)): problems.append(f"{PKG}/.gitignore: stale (run `make fork`)")
+  return problems
+
+def main(argv:list[str]) -> int:
+  root = ROOT
+  try:
+    match argv:
+      case ["fork", *rest] if set(rest) <= {"--force"}: cmd_fork(root, force=bool(rest)); print(f"materialized {PKG}/ from pristine + {len(patch_files(root))} patches")
+      case ["patches"]: print(f"exported {len(changed := cmd_patches(root))} patched upstream files" + "".join(f"\n  {f}" for f in changed))
+      case ["check"]:
+        if problems := cmd_check(root): print("check-patches: FAILED\n  " + "\n  ".join(problems)); return 1
+        print(f"check-patches: OK ({len(patch_files(root))} patches)")
+      case ["pristine"]: print(pristine(root))
+      case ["sdist"]: print(sdist(root))
+      case ["deps", extra]: print(" ".join(tomllib.loads((root/"pyproject.toml").read_text())["project"]["optional-dependencies"][extra]))
+      case _: print(__doc__); return 2
+  except ForkError as e:
+    print(f"fork: {e}", file=sys.stderr); return 1
+  return 0
+
+if __name__ == "__main__": sys.exit(main(sys.argv[1:]))
