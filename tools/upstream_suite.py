@@ -30,8 +30,9 @@ def run_suite(pkg_parent:Path) -> dict[str, str]:
            *sorted(str(p.relative_to(tmp)) for p in (Path(tmp)/"test").glob("test_*.py"))]
     print(f"upstream suite: tinygrad from {pkg_parent}", flush=True)
     st = time.perf_counter()
-    subprocess.run(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL)
-    print(f"upstream suite: ran in {time.perf_counter()-st:.0f} s", flush=True)
+    log = fork.cache_dir(ROOT)/f"upstream-suite-{pkg_parent.name}.log"
+    with open(log, "w") as f: subprocess.run(cmd, cwd=tmp, env=env, stdout=f, stderr=subprocess.STDOUT)
+    print(f"upstream suite: ran in {time.perf_counter()-st:.0f} s, pytest's output is in {log}", flush=True)
     return outcomes(ET.parse(Path(tmp)/"junit.xml"))
 
 def outcomes(tree:ET.ElementTree) -> dict[str, str]:

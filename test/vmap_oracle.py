@@ -1,0 +1,45 @@
+"""Shared helpers for the vmap tests: random data, the VMAPIN/VMAPOUT bracket, and the independent oracle (a numpy loop over examples)."""
+import unittest
+import numpy as np
+from tinygrad import Tensor, GlobalCounters
+from tinygrad.uop.ops import AxisType
+from tinygrad.vmap import vmap_range, varg
+
+RNG = np.random.default_rng(20261122)
+
+def rand(*shape:int) -> np.ndarray:
+  """float64 standard normal data: every example differs, so 'last batch wins' can't pass"""
+  return RNG.standard_normal(shape)
+
+def batched(batch:int, shape:tuple[int, ...], axis:int) -> np.ndarray:
+  """random data of per-example `shape` with a batch axis of size `batch` at `axis`"""
+  return np.moveaxis(rand(batch, *shape), 0, axis)
+
+def bracket(fn, *xs:Tensor, in_axes:int|tuple[int|None, ...]=0, out_axis:int=0, axis_type:AxisType=AxisType.LOOP) -> Tensor:
+  """fn run on one example of each x inside a VMAPIN/VMAPOUT scope over axis in_axes[i] of xs[i] (None: not mapped, passed whole)"""
+  in_axes = in_axes if isinstance(in_axes, tuple) else (in_axes,)*len(xs)
+  r = vmap_range(next(x.shape[a] for x, a in zip(xs, in_axes) if a is not None), axis_type)
+  y = fn(*[x if a is None else x.vmapin(varg(x.ndim, {a:r})) for x, a in zip(xs, in_axes)])
+  return y.vmapout(varg(y.ndim+1, {out_axis:r}))
+
+def np_loop(fn, *xs:np.ndarray, in_axes:int|tuple[int|None, ...]=0, out_axis:int=0) -> np.ndarray:
+  """the oracle: fn on each example, one at a time, stacked at out_axis"""
+  in_axes = in_axes if isinstance(in_axes, tuple) else (in_axes,)*len(xs)
+  n = next(x.shape[a] for x, a in zip(xs, in_axes) if a is not None)
+  return np.stack([np.asarray(fn(*[x if a is None else np.take(x, i, axis=a) for x, a in zip(xs, in_axes)])) for i in range(n)], axis=out_axis)
+
+def kernels(fn) -> int:
+  """the number of kernels run by fn()"""
+  before = GlobalCounters.kernel_count
+  fn()
+  return GlobalCounters.kernel_count - before
+
+class VmapTestCase(unittest.TestCase):
+  def assert_close(self, got, want, atol=1e-9, rtol=1e-9):
+    self.assertEqual(got.shape, want.shape)
+    np.testing.assert_allclose(got, want, atol=atol, rtol=rtol)
+
+  def check(self, tfn, *xs:np.ndarray, nfn=None, in_axes:int|tuple[int|None, ...]=0, out_axis:int=0, axis_type=AxisType.LOOP, **tol):
+    """bracket(tfn) on the batch equals the numpy loop of nfn (default: tfn, for functions that read the same on Tensor and ndarray)"""
+    got = bracket(tfn, *[Tensor(x) for x in xs], in_axes=in_axes, out_axis=out_axis, axis_type=axis_type).numpy()
+    self.assert_close(got, np_loop(nfn or tfn, *xs, in_axes=in_axes, out_axis=out_axis), **tol)
