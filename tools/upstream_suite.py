@@ -26,7 +26,7 @@ def run_suite(pkg_parent:Path) -> dict[str, str]:
     (Path(tmp)/"path").mkdir()
     (Path(tmp)/"path"/"tinygrad").symlink_to(pkg_parent/"tinygrad")
     env = {**os.environ, "PYTHONPATH":str(Path(tmp)/"path"), "CPU":"1", "PYTHONDONTWRITEBYTECODE":"1"}
-    cmd = [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-q", "-p", "no:cacheprovider", "--junitxml", "junit.xml",
+    cmd = [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-v", "-p", "no:cacheprovider", "--junitxml", "junit.xml",
            *sorted(str(p.relative_to(tmp)) for p in (Path(tmp)/"test").glob("test_*.py"))]
     print(f"upstream suite: tinygrad from {pkg_parent}", flush=True)
     st = time.perf_counter()
