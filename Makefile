@@ -24,6 +24,8 @@ setup-upstream: setup
 
 test: setup      ## the project's tests
 	$(PYTHON) -m pytest test
+demo: setup      ## examples/quickstart.py: vmap a per-example function, check it against numpy, show the kernel and kernel counts
+	CPU=1 PYTHONPATH=. $(PYTHON) examples/quickstart.py
 test-upstream: setup-upstream   ## upstream's own suite (the pinned sdist's test/*.py) on the fork; fails only on failures vanilla lacks
 	cd tools && $(PYTHON) upstream_suite.py check
 upstream-baseline: setup-upstream   ## record vanilla 0.12.0's outcome of the same suite in test/upstream/vanilla.json

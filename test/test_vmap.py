@@ -6,7 +6,7 @@ from tinygrad import Tensor, UOp, dtypes, Device
 from tinygrad.uop.ops import Ops, AxisType
 from tinygrad.uop.spec import type_verify, tensor_spec
 from tinygrad.vmap import vmap_range, varg
-from vmap_oracle import VmapTestCase, rand, batched, bracket, np_loop, kernels
+from vmap_oracle import VmapTestCase, rand, batched, bracket, np_loop, nest, np_nest, kernels
 
 ZERO = UOp.const(dtypes.index, 0)
 
@@ -167,9 +167,7 @@ class TestNested(VmapTestCase):
   """seed 003 6.7 for constructs that need no intermediate realization (reductions inside nested scopes: test_vmap_red.py)"""
   def nested(self, depth:int, fn, nfn, shape:tuple[int, ...], axes:tuple[int, ...]):
     x = rand(*shape)
-    def tg(d): return fn if d == depth else lambda e: bracket(tg(d+1), e, in_axes=axes[d])
-    def ng(d): return nfn if d == depth else lambda e: np_loop(ng(d+1), e, in_axes=axes[d])
-    self.assert_close(tg(0)(Tensor(x)).numpy(), ng(0)(x))
+    self.assert_close(nest(fn, axes[:depth])(Tensor(x)).numpy(), np_nest(nfn, axes[:depth])(x))
 
   def test_depth2_elementwise(self): self.nested(2, lambda e: e.exp()*2, lambda e: np.exp(e)*2, (3, 4, 5), (0, 1))
   def test_depth2_movement(self): self.nested(2, lambda e: e.flip(0)[1:], lambda e: np.flip(e, 0)[1:], (3, 4, 5), (1, 0))
@@ -184,6 +182,27 @@ class TestNested(VmapTestCase):
   def test_depth3_movement(self):
     self.nested(3, lambda e: e.reshape(2, 3).transpose().pad(((1, 0), None)), lambda e: np.pad(e.reshape(2, 3).T, ((1, 0), (0, 0))),
                 (2, 3, 6, 4), (0, 2, 0))
+
+class TestGradient(VmapTestCase):
+  """reverse mode through a scope: per-example gradients of batched inputs, gradients of unbatched ones summed over the batch"""
+  def setUp(self): self.xn, self.wn, self.cn = rand(4, 3), rand(3), rand(4)
+  def weighted_loss(self, x, w): return (bracket(lambda e, w: (e*w).exp().sum(), x, w, in_axes=(0, None)) * Tensor(self.cn)).sum()
+
+  def test_batched_input(self):
+    x = Tensor(self.xn, requires_grad=True)
+    self.weighted_loss(x, Tensor(self.wn)).backward()
+    self.assert_close(x.grad.numpy(), self.cn[:, None] * np.exp(self.xn*self.wn) * self.wn)
+
+  def test_unbatched_input(self):
+    w = Tensor(self.wn, requires_grad=True)
+    self.weighted_loss(Tensor(self.xn), w).backward()
+    self.assert_close(w.grad.numpy(), (self.cn[:, None] * np.exp(self.xn*self.wn) * self.xn).sum(0))
+
+  def test_softmax(self):
+    x = Tensor(self.xn, requires_grad=True)
+    bracket(lambda e: e.softmax()[0], x).sum().backward()
+    def softmax(v): return np.exp(v - v.max()) / np.exp(v - v.max()).sum()
+    self.assert_close(x.grad.numpy(), np_loop(lambda v: softmax(v)[0] * ((np.arange(3) == 0) - softmax(v)), self.xn))
 
 @unittest.skipUnless(Device.DEFAULT == "CPU", "counts and C source are for the CPU backend")
 class TestKernels(VmapTestCase):
@@ -235,6 +254,10 @@ class TestBadInput(unittest.TestCase):
 
   def test_vmapout_bad_entry(self):
     with self.assertRaisesRegex(ValueError, "RANGE or UOp.const"): Tensor.empty(6).vmapout((UOp.const(dtypes.index, 2), ZERO))
+
+  def test_outer_scope_nested_in_outer_scope(self):
+    with self.assertRaisesRegex(ValueError, "nested in another OUTER scope"):
+      bracket(lambda row: bracket(lambda e: e*2, row, axis_type=AxisType.OUTER), Tensor.empty(2, 3, 4), axis_type=AxisType.OUTER)
 
   def test_spec_rejects_bad_varg(self):
     bad = UOp(Ops.VMAPIN, dtypes.float, (Tensor.empty(3, 6).uop, vmap_range(3), UOp.const(dtypes.index, 1)))

@@ -28,6 +28,18 @@ def np_loop(fn, *xs:np.ndarray, in_axes:int|tuple[int|None, ...]=0, out_axis:int
   n = next(x.shape[a] for x, a in zip(xs, in_axes) if a is not None)
   return np.stack([np.asarray(fn(*[x if a is None else np.take(x, i, axis=a) for x, a in zip(xs, in_axes)])) for i in range(n)], axis=out_axis)
 
+def nest(fn, axes:tuple[int, ...], axis_type:AxisType|tuple[AxisType, ...]=AxisType.LOOP):
+  """fn (of one input) inside len(axes) nested vmap scopes, the scope at depth d mapping axis axes[d] of what the enclosing scope passes in,
+  its RANGE of axis_type (or axis_type[d])"""
+  types = axis_type if isinstance(axis_type, tuple) else (axis_type,)*len(axes)
+  for a, t in zip(reversed(axes), reversed(types)): fn = (lambda f, a, t: lambda e: bracket(f, e, in_axes=a, axis_type=t))(fn, a, t)
+  return fn
+
+def np_nest(fn, axes:tuple[int, ...]):
+  """the oracle of nest: numpy loops nested the same way"""
+  for a in reversed(axes): fn = (lambda f, a: lambda e: np_loop(f, e, in_axes=a))(fn, a)
+  return fn
+
 def kernels(fn) -> int:
   """the number of kernels run by fn()"""
   before = GlobalCounters.kernel_count

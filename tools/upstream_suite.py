@@ -15,6 +15,8 @@ import fork
 ROOT = fork.ROOT
 BASELINE = ROOT/"test"/"upstream"/"vanilla.json"
 BAD = {"failed", "error"}
+# not run: they fail on this machine in vanilla too (clang 14 has no __bf16 on x86), but only after minutes of hypothesis examples
+DESELECT = ["test/test_dtype_alu.py::TestDTypeALU::test_bfloat16", "test/test_dtype_alu.py::TestDTypeALU::test_bfloat16_unary"]
 
 def run_suite(pkg_parent:Path) -> dict[str, str]:
   """run the sdist's test/*.py against the tinygrad/ in pkg_parent, return {test id: outcome}"""
@@ -26,7 +28,9 @@ def run_suite(pkg_parent:Path) -> dict[str, str]:
     (Path(tmp)/"path").mkdir()
     (Path(tmp)/"path"/"tinygrad").symlink_to(pkg_parent/"tinygrad")
     env = {**os.environ, "PYTHONPATH":str(Path(tmp)/"path"), "CPU":"1", "PYTHONDONTWRITEBYTECODE":"1"}
+    # a timeout must fail the test, not kill the xdist worker (upstream's thread method does os._exit, and xdist then hangs)
     cmd = [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-v", "-p", "no:cacheprovider", "--junitxml", "junit.xml",
+           "-o", "timeout_method=signal", *[f"--deselect={t}" for t in DESELECT],
            *sorted(str(p.relative_to(tmp)) for p in (Path(tmp)/"test").glob("test_*.py"))]
     print(f"upstream suite: tinygrad from {pkg_parent}", flush=True)
     st = time.perf_counter()
