@@ -148,7 +148,8 @@ class TestWheel(unittest.TestCase):
       subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(Path(tmp)/"venv")], check=True)
       py = Path(tmp)/"venv"/"bin"/"python"
       env = {**os.environ, "FORK_CACHE":str(fork.cache_dir(ROOT))}
-      r = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(src)], env=env, capture_output=True, text=True)
+      r = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(src)],
+                         env=env, capture_output=True, text=True)
       self.assertEqual(r.returncode, 0, r.stderr)
       code = "import tinygrad, importlib.metadata as m; print(tinygrad.__file__); print(m.version('tinygrad'))"
       out = subprocess.run([str(py), "-c", code], cwd=tmp, capture_output=True, text=True, env={"PATH":os.environ["PATH"]}, check=True).stdout.split()

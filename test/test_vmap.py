@@ -69,10 +69,10 @@ class TestBasic(VmapTestCase):
     self.assert_close(bracket(lambda e: e.sum() * e[0], Tensor(x).realize()).numpy(), np_loop(lambda e: e.sum() * e[0], x))
 
 class Constructs:
-  """seed 003 tables 6.1 to 6.6, one example of per-example shape `shape`, the batch axis at `in_axis` (set by the subclasses)"""
-  in_axis = 0
+  """seed 003 tables 6.1 to 6.6, one example of per-example shape `shape`, the batch axis at `in_axis`, a RANGE of `axis_type`"""
+  in_axis, axis_type = 0, AxisType.LOOP
   def per_example(self, tfn, shape=(6,), nfn=None, batch=5, **kw):
-    self.check(tfn, batched(batch, shape, self.in_axis), nfn=nfn, in_axes=self.in_axis, **kw)
+    self.check(tfn, batched(batch, shape, self.in_axis), nfn=nfn, in_axes=self.in_axis, axis_type=self.axis_type, **kw)
 
   # 6.1 elementwise, unary, ternary, cast
   def test_mul_unbatched(self):
@@ -149,7 +149,8 @@ class PostVmap:
   def test_slice(self): self.post(lambda y: y[1:3], lambda y: y[1:3])
   def test_sum(self): self.post(lambda y: y.sum(), lambda y: y.sum())
   def test_sum_axis0(self): self.post(lambda y: y.sum(0), lambda y: y.sum(0))
-  def test_compare_eq(self): self.post(lambda y: y == 0.0, lambda y: y == 0.0, fn=lambda e: (e > 0).where(e, 0.0), nfn=lambda e: np.where(e > 0, e, 0.0))
+  def test_compare_eq(self):
+    self.post(lambda y: y == 0.0, lambda y: y == 0.0, fn=lambda e: (e > 0).where(e, 0.0), nfn=lambda e: np.where(e > 0, e, 0.0))
   def test_compare_gt(self): self.post(lambda y: y > 1.0, lambda y: y > 1.0)
   def test_matmul(self):
     w = rand(2, 5)
@@ -160,6 +161,8 @@ class PostVmap:
 
 class TestConstructsAxis0(Constructs, VmapTestCase): in_axis = 0
 class TestConstructsMiddleAxis(Constructs, VmapTestCase): in_axis = 1
+class TestConstructsOuter(Constructs, VmapTestCase): in_axis, axis_type = 0, AxisType.OUTER  # one example at a time
+class TestConstructsOuterMiddleAxis(Constructs, VmapTestCase): in_axis, axis_type = 1, AxisType.OUTER
 class TestPostVmapAxis0(PostVmap, VmapTestCase): in_axis = 0
 class TestPostVmapMiddleAxis(PostVmap, VmapTestCase): in_axis = 1
 

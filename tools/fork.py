@@ -112,7 +112,9 @@ def cmd_patches(root:Path) -> list[str]:
   for p in patch_files(root): p.unlink()
   with tempfile.TemporaryDirectory() as tmp:
     for f in changed:
-      for side, src in (("a", pdir/f), ("b", root/f)): (Path(tmp)/side/f).parent.mkdir(parents=True, exist_ok=True); (Path(tmp)/side/f).write_bytes(src.read_bytes())
+      for side, src in (("a", pdir/f), ("b", root/f)):
+        (Path(tmp)/side/f).parent.mkdir(parents=True, exist_ok=True)
+        (Path(tmp)/side/f).write_bytes(src.read_bytes())
       r = subprocess.run(["git", "-c", "core.quotepath=off", "diff", "--no-index", "--no-prefix", "--no-color", "--no-ext-diff",
                           "--diff-algorithm=myers", f"a/{f}", f"b/{f}"], cwd=tmp, capture_output=True, text=True)
       if r.returncode != 1: raise ForkError(f"git diff failed on {f}:\n{r.stderr}")
@@ -134,7 +136,9 @@ def main(argv:list[str]) -> int:
   root = ROOT
   try:
     match argv:
-      case ["fork", *rest] if set(rest) <= {"--force"}: cmd_fork(root, force=bool(rest)); print(f"materialized {PKG}/ from pristine + {len(patch_files(root))} patches")
+      case ["fork", *rest] if set(rest) <= {"--force"}:
+        cmd_fork(root, force=bool(rest))
+        print(f"materialized {PKG}/ from pristine + {len(patch_files(root))} patches")
       case ["patches"]: print(f"exported {len(changed := cmd_patches(root))} patched upstream files" + "".join(f"\n  {f}" for f in changed))
       case ["check"]:
         if problems := cmd_check(root): print("check-patches: FAILED\n  " + "\n  ".join(problems)); return 1
