@@ -262,6 +262,9 @@ class TestBadInput(unittest.TestCase):
     with self.assertRaisesRegex(ValueError, "nested in another OUTER scope"):
       bracket(lambda row: bracket(lambda e: e*2, row, axis_type=AxisType.OUTER), Tensor.empty(2, 3, 4), axis_type=AxisType.OUTER)
 
+  def test_reading_inside_scope(self):
+    with self.assertRaisesRegex(RuntimeError, "can't read a tensor inside a vmap scope"): bracket(lambda e: Tensor(e.numpy()), Tensor.empty(4, 3))
+
   def test_spec_rejects_bad_varg(self):
     bad = UOp(Ops.VMAPIN, dtypes.float, (Tensor.empty(3, 6).uop, vmap_range(3), UOp.const(dtypes.index, 1)))
     with self.assertRaises(RuntimeError): type_verify(UOp.sink(bad), tensor_spec)
