@@ -15,6 +15,7 @@ import fork
 ROOT = fork.ROOT
 BASELINE = ROOT/"test"/"upstream"/"vanilla.json"
 BAD = {"failed", "error"}
+TIMEOUT = 40*60  # about 4 minutes is usual on 2 cores
 # not run: they fail on this machine in vanilla too (clang 14 has no __bf16 on x86), but only after minutes of hypothesis examples
 DESELECT = ["test/test_dtype_alu.py::TestDTypeALU::test_bfloat16", "test/test_dtype_alu.py::TestDTypeALU::test_bfloat16_unary"]
 
@@ -35,7 +36,9 @@ def run_suite(pkg_parent:Path) -> dict[str, str]:
     print(f"upstream suite: tinygrad from {pkg_parent}", flush=True)
     st = time.perf_counter()
     log = fork.cache_dir(ROOT)/f"upstream-suite-{pkg_parent.name}.log"
-    with open(log, "w") as f: subprocess.run(cmd, cwd=tmp, env=env, stdout=f, stderr=subprocess.STDOUT)
+    try:
+      with open(log, "w") as f: subprocess.run(cmd, cwd=tmp, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired: sys.exit(f"upstream suite: no result after {TIMEOUT} s (a hung xdist worker?), see {log}")
     print(f"upstream suite: ran in {time.perf_counter()-st:.0f} s, pytest's output is in {log}", flush=True)
     return outcomes(ET.parse(Path(tmp)/"junit.xml"))
 
