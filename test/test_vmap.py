@@ -6,7 +6,7 @@ from tinygrad import Tensor, UOp, dtypes, Device
 from tinygrad.uop.ops import Ops, AxisType
 from tinygrad.uop.spec import type_verify, tensor_spec
 from tinygrad.vmap import vmap_range, varg
-from vmap_oracle import VmapTestCase, rand, batched, bracket, np_loop, nest, np_nest, kernels
+from vmap_oracle import VmapTestCase, rand, batched, nested_batch, bracket, np_loop, nest, np_nest, kernels
 
 ZERO = UOp.const(dtypes.index, 0)
 
@@ -185,6 +185,21 @@ class TestNested(VmapTestCase):
   def test_depth3_movement(self):
     self.nested(3, lambda e: e.reshape(2, 3).transpose().pad(((1, 0), None)), lambda e: np.pad(e.reshape(2, 3).T, ((1, 0), (0, 0))),
                 (2, 3, 6, 4), (0, 2, 0))
+
+class TestNestedIndexing(VmapTestCase):
+  """seed 003 table 6.5 at nesting depth 5, the mapped axis moving around: per example 6 numbers, batch sizes 2 or 3 per level"""
+  axes = (1, 0, 2, 0, 1)
+  def depth5(self, fn, nfn=None):
+    x = nested_batch((6,), self.axes, (2, 3, 2, 3, 2))
+    self.assert_close(nest(fn, self.axes)(Tensor(x)).numpy(), np_nest(nfn or fn, self.axes)(x))
+
+  def test_scalar_index(self): self.depth5(lambda e: e[4] * 2)
+  def test_slice(self): self.depth5(lambda e: e[:3])
+  def test_fancy_index_list(self): self.depth5(lambda e: e[[5, 0, 2]])
+  def test_fancy_index_tensor(self): self.depth5(lambda e: e[Tensor([5, 0, 2])], lambda e: e[[5, 0, 2]])
+  def test_multi_scalar_stack(self): self.depth5(lambda e: Tensor.stack(e[0], e[4], e[2]), lambda e: np.stack([e[0], e[4], e[2]]))
+  def test_index_after_reduce_stack(self):
+    self.depth5(lambda e: Tensor.stack(e[:2].sum(), e[2:].sum())[[1, 0]], lambda e: np.stack([e[:2].sum(), e[2:].sum()])[[1, 0]])
 
 class TestGradient(VmapTestCase):
   """reverse mode through a scope: per-example gradients of batched inputs, gradients of unbatched ones summed over the batch"""

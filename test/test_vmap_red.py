@@ -6,7 +6,7 @@ import numpy as np
 from tinygrad import Tensor, Device
 from tinygrad.uop.ops import AxisType
 from tinygrad.engine.realize import run_schedule
-from vmap_oracle import VmapTestCase, rand, nest, np_nest, kernels
+from vmap_oracle import VmapTestCase, rand, nested_batch, nest, np_nest, kernels
 
 # a case is f(x, L): the same code runs on one example as a Tensor (L=TG) and, for the oracle, as an ndarray (L=NP)
 TG = SimpleNamespace(stack=Tensor.stack, c=Tensor, expand=lambda t, *s: t.expand(*s))
@@ -26,12 +26,6 @@ def np_softmax(x):
 def np_log_softmax(x):
   m = x.max(-1, keepdims=True)
   return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
-
-def nested_batch(shape:tuple[int, ...], axes:tuple[int, ...], sizes:tuple[int, ...]) -> np.ndarray:
-  """random data for nest(fn, axes): per-example `shape` with a batch axis of size sizes[d] at axes[d] of what depth d sees"""
-  full = list(shape)
-  for a, b in zip(reversed(axes), reversed(sizes)): full.insert(a, b)
-  return rand(*full)
 
 class RedTestCase(VmapTestCase):
   axes, sizes, axis_type = (0,), (4,), AxisType.LOOP

@@ -15,6 +15,12 @@ def batched(batch:int, shape:tuple[int, ...], axis:int) -> np.ndarray:
   """random data of per-example `shape` with a batch axis of size `batch` at `axis`"""
   return np.moveaxis(rand(batch, *shape), 0, axis)
 
+def nested_batch(shape:tuple[int, ...], axes:tuple[int, ...], sizes:tuple[int, ...]) -> np.ndarray:
+  """random data for nest(fn, axes): per-example `shape` with a batch axis of size sizes[d] at axes[d] of what depth d sees"""
+  full = list(shape)
+  for a, b in zip(reversed(axes), reversed(sizes)): full.insert(a, b)
+  return rand(*full)
+
 def bracket(fn, *xs:Tensor, in_axes:int|tuple[int|None, ...]=0, out_axis:int=0, axis_type:AxisType=AxisType.LOOP) -> Tensor:
   """fn run on one example of each x inside a VMAPIN/VMAPOUT scope over axis in_axes[i] of xs[i] (None: not mapped, passed whole)"""
   in_axes = in_axes if isinstance(in_axes, tuple) else (in_axes,)*len(xs)
