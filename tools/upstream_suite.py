@@ -54,8 +54,9 @@ def outcomes(tree:ET.ElementTree) -> dict[str, str]:
   return ret
 
 def counts(res:dict[str, str]) -> str:
+  # key=value, not pytest's "N passed, N failed": CI logs are read for that line, and vanilla's failures are expected here
   c = Counter(res.values())
-  return ", ".join(f"{c[k]} {k}" for k in ("passed", "failed", "error", "skipped", "xfailed"))
+  return " ".join(f"{k}={c[k]}" for k in ("passed", "failed", "error", "skipped", "xfailed"))
 
 def cmd_baseline(runs:int) -> None:
   results = [run_suite(fork.pristine(ROOT)) for _ in range(runs)]
