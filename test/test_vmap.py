@@ -2,7 +2,7 @@
 Every result is compared with a numpy loop over examples on random float64 data."""
 import unittest
 import numpy as np
-from tinygrad import Tensor, UOp, dtypes, Device
+from tinygrad import Tensor, UOp, dtypes, Device, Context
 from tinygrad.uop.ops import Ops, AxisType
 from tinygrad.uop.spec import type_verify, tensor_spec
 from tinygrad.vmap import vmap_range, varg
@@ -239,6 +239,15 @@ class TestKernels(VmapTestCase):
     src = ei.lower().prg.p.src
     self.assertRegex(src, r"for \(int \w+ = 0; \w+ < 37; \w+\+\+\)")
 
+class TestSpec2(VmapTestCase):
+  """SPEC=2 also verifies every UOp when it is created and the kernel graphs: nested scopes that realize inside pass it"""
+  def test_nested_softmax_and_index(self):
+    def fn(e): return e.softmax() * Tensor.stack(e[:2].sum(), e[2:].sum())[[1, 0, 1, 0]]
+    def nfn(e): return np.exp(e - e.max()) / np.exp(e - e.max()).sum() * np.stack([e[:2].sum(), e[2:].sum()])[[1, 0, 1, 0]]
+    x = nested_batch((4,), (1, 0), (3, 2))
+    with Context(SPEC=2): got = nest(fn, (1, 0))(Tensor(x)).numpy()
+    self.assert_close(got, np_nest(nfn, (1, 0))(x))
+
 class TestBadInput(unittest.TestCase):
   def test_vmapin_wrong_arity(self):
     with self.assertRaisesRegex(ValueError, "needs 2 entries"): Tensor.empty(3, 6).vmapin((vmap_range(3),))
@@ -280,13 +289,13 @@ class TestBadInput(unittest.TestCase):
   def test_reading_inside_scope(self):
     with self.assertRaisesRegex(RuntimeError, "can't read a tensor inside a vmap scope"): bracket(lambda e: Tensor(e.numpy()), Tensor.empty(4, 3))
 
+  # built inside assertRaises: with SPEC=2 a UOp is verified when it is created
   def test_spec_rejects_bad_varg(self):
-    bad = UOp(Ops.VMAPIN, dtypes.float, (Tensor.empty(3, 6).uop, vmap_range(3), UOp.const(dtypes.index, 1)))
-    with self.assertRaises(RuntimeError): type_verify(UOp.sink(bad), tensor_spec)
+    with self.assertRaises(RuntimeError):
+      type_verify(UOp.sink(UOp(Ops.VMAPIN, dtypes.float, (Tensor.empty(3, 6).uop, vmap_range(3), UOp.const(dtypes.index, 1)))), tensor_spec)
 
   def test_spec_rejects_vmapout_arity(self):
-    bad = UOp(Ops.VMAPOUT, dtypes.float, (Tensor.empty(6).uop, vmap_range(3)))
-    with self.assertRaises(RuntimeError): type_verify(UOp.sink(bad), tensor_spec)
+    with self.assertRaises(RuntimeError): type_verify(UOp.sink(UOp(Ops.VMAPOUT, dtypes.float, (Tensor.empty(6).uop, vmap_range(3)))), tensor_spec)
 
   def test_spec_accepts_good_vargs(self):
     r = vmap_range(3)
