@@ -279,6 +279,10 @@ class TestBadInput(unittest.TestCase):
     r = vmap_range(3)
     with self.assertRaisesRegex(ValueError, "needs 1 UOp.const"): Tensor.empty(3, 6).vmapin((r, ZERO)).vmapout((r,))
 
+  def test_vmapout_one_range_two_axes(self):
+    r = vmap_range(3)
+    with self.assertRaisesRegex(ValueError, "one RANGE on two axes"): Tensor.empty(3, 3).vmapin((r, ZERO)).vmapout((r, r, ZERO))
+
   def test_vmapout_bad_entry(self):
     with self.assertRaisesRegex(ValueError, "RANGE or UOp.const"): Tensor.empty(6).vmapout((UOp.const(dtypes.index, 2), ZERO))
 
