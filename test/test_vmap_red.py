@@ -6,7 +6,7 @@ import numpy as np
 from tinygrad import Tensor, Device
 from tinygrad.uop.ops import AxisType
 from tinygrad.engine.realize import run_schedule
-from vmap_oracle import VmapTestCase, rand, nested_batch, nest, np_nest, kernels
+from vmap_oracle import VmapTestCase, rand, nested_batch, nest, np_nest, kernels, np_softmax
 
 # a case is f(x, L): the same code runs on one example as a Tensor (L=TG) and, for the oracle, as an ndarray (L=NP)
 TG = SimpleNamespace(stack=Tensor.stack, c=Tensor, expand=lambda t, *s: t.expand(*s))
@@ -20,9 +20,6 @@ def jvps_no_reduce(x, L): return L.stack(*[3*x*x*L.c(t) for t in TAN]).flatten()
 def reduce_index(x, L): return L.stack(x[:2].sum(), x[2:].sum())[[0, 1]]
 def spjac(x, L): return pick(jvps(x, L), (0, 5, 10, 3, 7, 11), L)
 
-def np_softmax(x):
-  e = np.exp(x - x.max(-1, keepdims=True))
-  return e / e.sum(-1, keepdims=True)
 def np_log_softmax(x):
   m = x.max(-1, keepdims=True)
   return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))

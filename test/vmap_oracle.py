@@ -46,6 +46,10 @@ def np_nest(fn, axes:tuple[int, ...]):
   for a in reversed(axes): fn = (lambda f, a: lambda e: np_loop(f, e, in_axes=a))(fn, a)
   return fn
 
+def np_softmax(x:np.ndarray) -> np.ndarray:
+  e = np.exp(x - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
 def kernels(fn) -> int:
   """the number of kernels run by fn()"""
   before = GlobalCounters.kernel_count
