@@ -285,10 +285,6 @@ class TestBadInput(unittest.TestCase):
   def test_vmapout_bad_entry(self):
     with self.assertRaisesRegex(ValueError, "RANGE or UOp.const"): Tensor.empty(6).vmapout((UOp.const(dtypes.index, 2), ZERO))
 
-  def test_outer_scope_nested_in_outer_scope(self):
-    with self.assertRaisesRegex(ValueError, "nested in another OUTER scope"):
-      bracket(lambda row: bracket(lambda e: e*2, row, axis_type=AxisType.OUTER), Tensor.empty(2, 3, 4), axis_type=AxisType.OUTER)
-
   def test_reading_inside_scope(self):
     with self.assertRaisesRegex(RuntimeError, "can't read a tensor inside a vmap scope"): bracket(lambda e: Tensor(e.numpy()), Tensor.empty(4, 3))
 

@@ -123,7 +123,7 @@ class TestOuter(Seed002, Seed001, RedTestCase):
     f = lambda x, L: pick(stacked3(x, L), (0, 4, 8, 3), L)
     self.assertNotEqual(self.launches(f, (3,), (3,), axis_type=AxisType.OUTER), self.launches(f, (3,), (6,), axis_type=AxisType.OUTER))
 
-# one OUTER scope in a depth 2 nest (the API refuses an OUTER scope nested in another OUTER scope)
+# one OUTER scope in a depth 2 nest (OUTER scopes nested in OUTER scopes are in test_vmap_outer.py)
 class TestOuterAroundLoop(Seed002, Seed001, RedTestCase): axes, sizes, axis_type = (1, 0), (3, 2), (AxisType.OUTER, AxisType.LOOP)
 class TestLoopAroundOuter(Seed002, Seed001, RedTestCase): axes, sizes, axis_type = (1, 0), (3, 2), (AxisType.LOOP, AxisType.OUTER)
 

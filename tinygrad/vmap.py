@@ -1,14 +1,23 @@
-"""vmap for tinygrad: helpers around the VMAPIN/VMAPOUT bracket (`Tensor.vmapin` / `Tensor.vmapout`).
+"""vmap for tinygrad: `vmap(fn)` runs a function written for ONE example over a batch, as one batched kernel.
 
-A vmap scope is opened by `x.vmapin(varg)` and closed by `y.vmapout(varg)`. A varg has one entry per axis: a RANGE for a mapped
-(batch) axis, `UOp.const(dtypes.index, 0)` for a kept axis. The scheduler turns the scope into a loop over the RANGE inside the kernel.
+`vmap` is built on the VMAPIN/VMAPOUT bracket (`Tensor.vmapin` / `Tensor.vmapout`): a scope is opened by `x.vmapin(varg)` and closed by
+`y.vmapout(varg)`. A varg has one entry per axis: a RANGE for a mapped (batch) axis, `UOp.const(dtypes.index, 0)` for a kept axis. The
+scheduler turns the scope into a loop over the RANGE inside the kernel. `vmap_range` and `varg` are the helpers to build a bracket by hand.
 """
-import itertools
+from __future__ import annotations
+import functools, inspect, itertools, math
+from dataclasses import dataclass
+from typing import Any, Callable
 from tinygrad.dtype import dtypes
 from tinygrad.uop.ops import UOp, AxisType, sint
+from tinygrad.tensor import Tensor
+import tinygrad.tensor
 
 # every scope gets a RANGE id of its own, so nested and repeated scopes never alias. Negative, like upstream's outer world ranges.
 _range_ids = itertools.count(-1, -1)
+# vmap() takes its ids from far away, so they can't collide with a RANGE someone builds by hand (UOp.range(n, -1)). The schedule cache renames
+# RANGEs before it keys a graph, so fresh ids on every call don't cost a re-schedule.
+_vmap_range_ids = itertools.count(-(1 << 20), -1)
 
 def vmap_range(size:sint, axis_type:AxisType=AxisType.LOOP) -> UOp:
   """a fresh RANGE for one vmap scope. LOOP runs the batch as a loop inside the kernels, OUTER runs the scope once per index."""
@@ -19,3 +28,174 @@ def varg(ndim:int, mapped:dict[int, UOp]) -> tuple[UOp, ...]:
   if bad:=[i for i in mapped if not -ndim <= i < ndim]: raise ValueError(f"axis {bad[0]} is out of range for {ndim} axes")
   mapped = {i % ndim: r for i, r in mapped.items()}
   return tuple(mapped.get(i, UOp.const(dtypes.index, 0)) for i in range(ndim))
+
+# *** pytrees: tuples, lists and dicts of leaves ***
+
+def _is_node(x) -> bool: return isinstance(x, (tuple, list, dict))
+def _children(x) -> list[tuple[str, Any]]:
+  return [(f"[{k!r}]", v) for k,v in x.items()] if isinstance(x, dict) else [(f"[{i}]", v) for i,v in enumerate(x)]
+def _rebuild(like, values:list):
+  if isinstance(like, dict): return dict(zip(like.keys(), values))
+  return type(like)(*values) if hasattr(like, "_fields") else type(like)(values)
+
+def _tree_map(fn:Callable, tree, spec, path:str, what:str):
+  """fn(leaf, spec_for_leaf, path) over the leaves of tree, with spec a tree prefix of it (an int or None stands for a whole subtree)"""
+  if spec is None or isinstance(spec, int): return _rebuild(tree, [_tree_map(fn, v, spec, path+k, what) for k,v in _children(tree)]) \
+    if _is_node(tree) else fn(tree, spec, path)
+  if not _is_node(spec): raise TypeError(f"vmap {what} entries must be an int, None, or a tuple/list/dict of those, got {spec!r} for {path}")
+  if not _is_node(tree) or isinstance(tree, dict) != isinstance(spec, dict):
+    raise ValueError(f"vmap {what} {spec!r} for {path} has a structure the value doesn't have: {path} is a {type(tree).__name__}")
+  if isinstance(spec, dict) and set(spec) != set(tree):
+    raise ValueError(f"vmap {what} for {path} has keys {sorted(map(str, spec))}, but the value has keys {sorted(map(str, tree))}")
+  if not isinstance(spec, dict) and len(spec) != len(tree):
+    raise ValueError(f"vmap {what} for {path} has {len(spec)} entries, but the value has {len(tree)}")
+  specs = [spec[k] for k in tree] if isinstance(spec, dict) else list(spec)
+  return _rebuild(tree, [_tree_map(fn, v, s, path+k, what) for (k,v),s in zip(_children(tree), specs)])
+
+def _leaves(tree) -> list:
+  return [l for _,v in _children(tree) for l in _leaves(v)] if _is_node(tree) else [tree]
+
+# *** the scopes of a vmapped call ***
+
+RANDOMNESS = ("error", "same", "different")
+
+@dataclass
+class _Scope:
+  """one vmap scope: the batch of `size` examples runs as a LOOP RANGE, or, chunked, as an OUTER RANGE over chunks around a LOOP RANGE"""
+  size: int
+  rngs: tuple[UOp, ...]   # (loop,) or (outer over chunks, loop in a chunk)
+  randomness: str
+
+  def enter(self, x:Tensor, axis:int) -> Tensor:
+    """one example of x, whose axis `axis` is this scope's batch"""
+    if len(self.rngs) == 2: x = x.reshape(x.shape[:axis] + tuple(r.vmax+1 for r in self.rngs) + x.shape[axis+1:])
+    return x.vmapin(varg(x.ndim, {axis+i: r for i,r in enumerate(self.rngs)}))
+
+  def exit(self, y:Tensor, axis:int) -> Tensor:
+    """the batch of y, one example, with the batch axis at `axis`"""
+    y = y.vmapout(varg(y.ndim+len(self.rngs), {axis+i: r for i,r in enumerate(self.rngs)}))
+    return y.reshape(y.shape[:axis] + (self.size,) + y.shape[axis+len(self.rngs):]) if len(self.rngs) == 2 else y
+
+# the scopes open while a vmapped function is traced, outermost first
+_scopes: list[_Scope] = []
+
+def _rand_in_scope(shape:tuple[int, ...], **kwargs) -> Tensor|None:
+  """Tensor.rand inside vmapped functions: refused ("error"), one draw for every example ("same"), or a draw per example ("different")"""
+  if not _scopes: return None
+  if any(s.randomness == "error" for s in _scopes):
+    raise RuntimeError("vmap: random numbers (Tensor.rand/randn/randint/dropout, ...) inside a vmapped function need a randomness mode: "
+                       "vmap(fn, randomness='same') shares one draw across the batch, randomness='different' draws per example")
+  different = [s for s in _scopes if s.randomness == "different"]
+  if not different: return None
+  tinygrad.tensor.rand_hook, scopes = None, _scopes[:]
+  try:
+    # the draws of the whole batch, taken outside the scopes, then one example of them inside each scope
+    ret = Tensor.rand(*[s.size for s in different], *shape, **kwargs)
+  finally: tinygrad.tensor.rand_hook = _rand_in_scope
+  for s in different: ret = s.enter(ret, 0)
+  _scopes[:] = scopes
+  return ret
+
+# *** vmap ***
+
+def _arg_names(fn:Callable) -> Callable[[int], list[str]]:
+  """the names errors give the positional arguments of fn: `argument x` from its signature, `args[i]` past it"""
+  try: params = [p for p in inspect.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  except (TypeError, ValueError): params = []
+  return lambda n: [f"argument {p.name}" for p in params[:n]] + [f"args[{i}]" for i in range(len(params), n)]
+
+def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, axis_size:int|None=None, chunk_size:int|None=None,
+         randomness:str="error") -> Callable:
+  """
+  Vectorizes `fn`, written for ONE example, over a batch: the returned function maps the axes `in_axes` of its arguments, runs `fn` on
+  every example as one batched kernel (not a Python loop), and stacks the results at `out_axes`. JAX's semantics:
+
+  - `in_axes`: an int or None (for every positional argument), or a tuple/list with an entry per positional argument; an entry is an int
+    (the batch axis, negative counts from the end), None (not mapped: every example sees all of it) or a tuple/list/dict matching the
+    argument's structure, where an int or None stands for a whole subtree. Keyword arguments are mapped over axis 0. Non-Tensor leaves
+    (Python numbers, None) are passed to every example as they are.
+  - `out_axes`: the same for the output of `fn` (a Tensor or a tuple/list/dict of them, nested); None only for outputs that don't depend
+    on the batch. Negative axes count from the end of the batched output.
+  - `axis_size`: the batch size, needed when no argument is mapped.
+  - `chunk_size`: run the batch `chunk_size` examples at a time (an OUTER range over chunks around a loop inside each chunk), so buffers
+    realized inside `fn` hold `chunk_size` examples, not the whole batch. `chunk_size=1` is a sequential map, like `jax.lax.map`.
+  - `randomness`: what Tensor.rand & co inside `fn` do: "error" (refuse), "same" (one draw for every example), "different" (a draw each).
+
+  ```python exec="true" source="above" session="tensor" result="python"
+  from tinygrad import vmap
+  xs, w = Tensor.arange(6).reshape(3, 2), Tensor([10, 100])
+  print(vmap(lambda x, w: (x * w).sum(), in_axes=(0, None))(xs, w).numpy())
+  ```
+  """
+  if fn is None: return functools.partial(vmap, in_axes=in_axes, out_axes=out_axes, axis_size=axis_size, chunk_size=chunk_size, randomness=randomness)
+  if not callable(fn): raise TypeError(f"vmap expects a function, got {fn!r}")
+  if not (in_axes is None or isinstance(in_axes, (int, tuple, list))) or isinstance(in_axes, bool):
+    raise TypeError(f"vmap in_axes must be an int, None, or a tuple/list with an entry per positional argument, got {in_axes!r}")
+  if randomness not in RANDOMNESS: raise ValueError(f"vmap randomness must be one of {RANDOMNESS}, got {randomness!r}")
+  if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+    raise ValueError(f"vmap chunk_size must be a positive int or None, got {chunk_size!r}")
+  if axis_size is not None and (not isinstance(axis_size, int) or axis_size < 0):
+    raise ValueError(f"vmap axis_size must be a non-negative int or None, got {axis_size!r}")
+
+  arg_names = _arg_names(fn)
+  @functools.wraps(fn)
+  def vmapped(*args, **kwargs):
+    names = arg_names(len(args))
+    if isinstance(in_axes, (tuple, list)) and len(in_axes) != len(args):
+      raise ValueError(f"vmap in_axes must be an int, None, or a tuple of entries corresponding to the positional arguments passed to the "
+                       f"function, but got len(in_axes)={len(in_axes)}, len(args)={len(args)}")
+    # normalize every leaf's axis, and collect the sizes of the mapped axes
+    sizes: list[tuple[str, int, int]] = []
+    def leaf_axis(x, axis:int|None, path:str) -> int|None:
+      if axis is None or not isinstance(x, Tensor): return None
+      if isinstance(axis, bool) or not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"vmap was requested to map {path} along axis {axis}, which implies that its rank should be at least "
+                         f"{axis+1 if axis >= 0 else -axis}, but is only {x.ndim} (its shape is {x.shape})")
+      sizes.append((path, axis % x.ndim, x.shape[axis]))
+      return axis % x.ndim
+    axes = [_tree_map(leaf_axis, a, in_axes[i] if isinstance(in_axes, (tuple, list)) else in_axes, names[i], "in_axes") for i,a in enumerate(args)]
+    kwaxes = {k: _tree_map(leaf_axis, v, 0, f"argument {k}", "in_axes") for k,v in kwargs.items()}
+    if len(set(s for _,_,s in sizes) | ({axis_size} if axis_size is not None else set())) > 1:
+      raise ValueError("vmap got inconsistent sizes for array axes to be mapped: " + ", ".join(f"axis {a} of {p} had size {s}" for p,a,s in sizes) +
+                       (f", but axis_size={axis_size}" if axis_size is not None else ""))
+    if not sizes and axis_size is None:
+      raise ValueError("vmap must have at least one non-None value in in_axes, or an axis_size, to know the batch size")
+    n = sizes[0][2] if sizes else axis_size
+    assert isinstance(n, int), f"vmap needs a concrete batch size, got {n}"
+
+    def call(scope:_Scope, start:int, stop:int):
+      """fn on the examples start:stop of the batch, inside `scope`"""
+      def enter(x, axis, _):
+        if axis is None: return x
+        return scope.enter(x if (start, stop) == (0, x.shape[axis]) else x.shrink(tuple((start, stop) if i == axis else None for i in range(x.ndim))), axis)
+      _scopes.append(scope)
+      prev_hook, tinygrad.tensor.rand_hook = tinygrad.tensor.rand_hook, _rand_in_scope
+      try:
+        out = fn(*[_tree_map(enter, a, ax, "", "") for a,ax in zip(args, axes)], **{k: _tree_map(enter, v, kwaxes[k], "", "") for k,v in kwargs.items()})
+      finally:
+        _scopes.pop()
+        tinygrad.tensor.rand_hook = prev_hook
+      def exit_(y, axis, path):
+        if not isinstance(y, Tensor): raise TypeError(f"vmap: fn must return a Tensor or a tuple/list/dict of Tensors, got {type(y).__name__} at {path}")
+        batched = any(r in y.uop.ranges for r in scope.rngs)
+        if axis is None:
+          if batched: raise ValueError(f"vmap has mapped output but out_axes is None for {path}: it depends on the batch")
+          return y
+        if isinstance(axis, bool) or not -(y.ndim+1) <= axis <= y.ndim:
+          raise ValueError(f"vmap out_axes {axis} for {path} is out of range: the batched output has {y.ndim+1} axes (shape {(n,)+y.shape})")
+        return scope.exit(y, axis % (y.ndim+1))
+      return _tree_map(exit_, out, out_axes, "output", "out_axes")
+
+    if n == 0 or chunk_size is None or chunk_size >= n: return call(_Scope(n, (UOp.range(n, next(_vmap_range_ids)),), randomness), 0, n)
+    chunks, rest = divmod(n, chunk_size)
+    main = call(_Scope(chunks*chunk_size, (UOp.range(chunks, next(_vmap_range_ids), AxisType.OUTER), UOp.range(chunk_size, next(_vmap_range_ids))),
+                       randomness), 0, chunks*chunk_size)
+    if rest == 0: return main
+    tail = call(_Scope(rest, (UOp.range(rest, next(_vmap_range_ids)),), randomness), chunks*chunk_size, n)
+    # the two parts of every output leaf go back together on its batch axis
+    tails = iter(_leaves(tail))
+    def join(m:Tensor, axis:int|None, _) -> Tensor:
+      t = next(tails)
+      return m if axis is None else m.cat(t, dim=axis % m.ndim)
+    return _tree_map(join, main, out_axes, "output", "out_axes")
+  return vmapped

@@ -1,0 +1,402 @@
+"""`vmap(fn, in_axes, out_axes, axis_size, chunk_size, randomness)`: JAX's semantics on the native VMAPIN/VMAPOUT scopes.
+Every result is compared with a numpy loop over examples on random float64 data."""
+import unittest
+import numpy as np
+from tinygrad import Tensor, TinyJit, GlobalCounters, vmap
+from tinygrad.engine.schedule import schedule_cache
+from tinygrad.engine.realize import run_schedule
+from tinygrad.uop.ops import UOp, AxisType
+from tinygrad.vmap import vmap_range, varg
+from vmap_oracle import VmapTestCase, rand, np_loop, kernels, np_softmax
+
+def per_row(x): return (x*x).sum()*2 + x.max()   # reads the same on a Tensor and an ndarray
+
+def np_vmap(fn, in_axes=0, out_axes=0):
+  """the oracle of a vmap with int/None in_axes and an int out_axes: a numpy loop"""
+  return lambda *xs: np_loop(fn, *xs, in_axes=tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,)*len(xs), out_axis=out_axes)
+
+def np_nested(fn, axes):
+  for a in reversed(axes): fn = np_vmap(fn, a)
+  return fn
+
+def nested(fn, axes, **kw):
+  for a in reversed(axes): fn = vmap(fn, in_axes=a, **kw)
+  return fn
+
+class TestInAxes(VmapTestCase):
+  def check_vmap(self, fn, *xs, in_axes=0, out_axes=0, nfn=None):
+    got = vmap(fn, in_axes=in_axes, out_axes=out_axes)(*[Tensor(x) if isinstance(x, np.ndarray) else x for x in xs]).numpy()
+    self.assert_close(got, np_vmap(nfn or fn, in_axes, out_axes)(*xs))
+
+  def test_default_axis_0(self): self.check_vmap(per_row, rand(7, 5))
+  def test_int_for_every_argument(self): self.check_vmap(lambda a, b: a*b - b, rand(3, 4), rand(3, 4), in_axes=1)
+  def test_negative_axis(self): self.check_vmap(per_row, rand(5, 6), in_axes=-1)
+  def test_negative_axis_of_3d(self): self.check_vmap(lambda x: x.sum(0), rand(2, 6, 3), in_axes=-2)
+  def test_tuple_mixed_with_none(self):
+    w = rand(4)
+    self.check_vmap(lambda x, w: (x*w).sum(), rand(6, 4), w, in_axes=(0, None))
+  def test_list_in_axes(self): self.check_vmap(lambda a, b: a@b, rand(5, 3), rand(3, 5), in_axes=[0, 1])
+  def test_different_axes_same_size(self): self.check_vmap(lambda a, b, c: a*b.sum()+c, rand(5, 3), rand(2, 5), rand(3, 5), in_axes=(0, 1, 1))
+  def test_python_number_passes_through(self):
+    x = rand(4, 3)
+    self.assert_close(vmap(lambda x, s: x*s)(Tensor(x), 2.5).numpy(), x*2.5)
+  def test_none_leaf_passes_through(self):
+    x = rand(4, 3)
+    self.assert_close(vmap(lambda x, n: x.sum() if n is None else x, in_axes=(0, None))(Tensor(x), None).numpy(), x.sum(1))
+
+  def test_out_axes_int(self): self.check_vmap(lambda x: x*2, rand(4, 3, 2), out_axes=2)
+  def test_out_axes_negative(self): self.check_vmap(lambda x: x.exp(), rand(4, 3, 2), out_axes=-1, nfn=np.exp)
+  def test_out_axes_negative_middle(self): self.check_vmap(lambda x: x+1, rand(4, 3, 2), out_axes=-2)
+
+  def test_kwargs_map_axis_0(self):
+    x, y = rand(5, 3), rand(5, 3)
+    self.assert_close(vmap(lambda x, y: x*y)(Tensor(x), y=Tensor(y)).numpy(), x*y)
+
+  def test_axis_size_without_mapped_input(self):
+    w = rand(3)
+    self.assert_close(vmap(lambda w: w*2, in_axes=None, axis_size=4)(Tensor(w)).numpy(), np.stack([w*2]*4))
+
+  def test_decorator(self):
+    @vmap
+    def f(x): return x.sum()
+    x = rand(4, 3)
+    self.assert_close(f(Tensor(x)).numpy(), x.sum(1))
+
+  def test_decorator_with_arguments(self):
+    @vmap(in_axes=1)
+    def f(x): return x.max()
+    x = rand(4, 3)
+    self.assert_close(f(Tensor(x)).numpy(), x.max(0))
+
+  def test_empty_batch(self):
+    y = vmap(lambda x: x.sum(-1))(Tensor(rand(0, 3, 2)))
+    self.assertEqual(y.shape, (0, 3))
+    self.assertEqual(y.numpy().shape, (0, 3))
+
+  def test_batch_of_one(self): self.check_vmap(per_row, rand(1, 5))
+
+class TestPytrees(VmapTestCase):
+  def test_dict_in_axes_per_key(self):
+    a, b = rand(5, 3), rand(3, 5)
+    got = vmap(lambda d: d["a"] * d["b"].sum(), in_axes=({"a": 0, "b": 1},))({"a": Tensor(a), "b": Tensor(b)}).numpy()
+    self.assert_close(got, np.stack([a[i] * b[:, i].sum() for i in range(5)]))
+
+  def test_int_stands_for_subtree(self):
+    a, b = rand(4, 2), rand(4, 3)
+    got = vmap(lambda t: t[0].sum() + t[1].max(), in_axes=(0,))((Tensor(a), Tensor(b))).numpy()
+    self.assert_close(got, a.sum(1) + b.max(1))
+
+  def test_nested_tuple_with_none(self):
+    a, w, s = rand(4, 3), rand(3), 2.0
+    got = vmap(lambda t: (t[0][0] * t[0][1]).sum() * t[1], in_axes=(((0, None), None),))(((Tensor(a), Tensor(w)), s)).numpy()
+    self.assert_close(got, (a*w).sum(1) * s)
+
+  def test_tuple_output(self):
+    x = rand(5, 3)
+    s, m = vmap(lambda x: (x.sum(), x*2))(Tensor(x))
+    self.assert_close(s.numpy(), x.sum(1))
+    self.assert_close(m.numpy(), x*2)
+
+  def test_dict_output_with_out_axes_tree(self):
+    x = rand(5, 3)
+    out = vmap(lambda x: {"s": x.sum(), "p": [x*2, x+1]}, out_axes={"s": 0, "p": 1})(Tensor(x))
+    self.assertEqual(set(out), {"s", "p"})
+    self.assert_close(out["s"].numpy(), x.sum(1))
+    self.assert_close(out["p"][0].numpy(), (x*2).T)
+    self.assert_close(out["p"][1].numpy(), (x+1).T)
+
+  def test_out_axes_none_for_unbatched_output(self):
+    x, w = rand(5, 3), rand(3)
+    ys, ws = vmap(lambda x, w: (x*w, w*2), in_axes=(0, None), out_axes=(0, None))(Tensor(x), Tensor(w))
+    self.assert_close(ys.numpy(), x*w)
+    self.assert_close(ws.numpy(), w*2)
+
+  def test_unbatched_output_with_int_out_axes_is_broadcast(self):
+    x, w = rand(5, 3), rand(3)
+    self.assert_close(vmap(lambda x, w: w*2, in_axes=(0, None))(Tensor(x), Tensor(w)).numpy(), np.stack([w*2]*5))
+
+class TestNesting(VmapTestCase):
+  def check_nest(self, fn, axes, shape=(4,), nfn=None, **kw):
+    full = list(shape)
+    sizes = (2, 3, 2, 3, 2, 2)
+    for a, b in zip(reversed(axes), reversed(sizes[:len(axes)])): full.insert(a, b)
+    x = rand(*full)
+    self.assert_close(nested(fn, axes, **kw)(Tensor(x)).numpy(), np_nested(nfn or fn, axes)(x))
+
+  def test_depth_2(self): self.check_nest(per_row, (0, 0))
+  def test_depth_2_mixed_axes(self): self.check_nest(per_row, (1, 0))
+  def test_depth_3_mixed_axes(self): self.check_nest(per_row, (2, 0, 1))
+  def test_depth_4(self): self.check_nest(per_row, (0, 1, 0, 1))
+  def test_depth_5(self): self.check_nest(per_row, (1, 0, 2, 0, 1))
+  def test_depth_6(self): self.check_nest(lambda x: x.sum(), (0, 0, 1, 0, 1, 0))
+  def test_depth_3_softmax(self): self.check_nest(lambda x: x.softmax(), (1, 0, 0), nfn=np_softmax)
+
+  def test_reductions_between_levels(self):
+    # each level reduces what the inner level returns: sum of inner maxes of per-row sums
+    x = rand(3, 4, 5, 6)
+    f = vmap(lambda a: vmap(lambda b: vmap(lambda c: c.sum())(b).max())(a).sum() * a.mean())
+    want = np.stack([np.stack([np.stack([c.sum() for c in b]).max() for b in a]).sum() * a.mean() for a in x])
+    self.assert_close(f(Tensor(x)).numpy(), want)
+
+  def test_inner_uses_outer_example(self):
+    # pairwise distances: the inner vmap closes over the outer example
+    a, b = rand(5, 3), rand(4, 3)
+    got = vmap(lambda p, bs: vmap(lambda q: ((p-q)**2).sum().sqrt())(bs), in_axes=(0, None))(Tensor(a), Tensor(b)).numpy()
+    self.assert_close(got, np.sqrt(((a[:, None]-b[None])**2).sum(-1)))
+
+  def test_outer_vmap_around_hand_built_scope(self):
+    # seed 000: a hand-built inner scope with RANGE id -1 inside a vmap: vmap's RANGEs never alias it
+    z = rand(4, 3)
+    def f(z):
+      r = UOp.range(1, -1, AxisType.LOOP)
+      xv = z[:2].reshape(2, 1).vmapin(varg(2, {1: r}))
+      g = z[2:]
+      y = xv * g
+      return (g * Tensor.stack(y[0], y[1])).vmapout(varg(2, {1: r})).flatten()
+    self.assert_close(vmap(f)(Tensor(z)).numpy(), np.stack([e[2] * e[:2] * e[2] for e in z]))
+
+  def test_inside_hand_built_scope(self):
+    x = rand(3, 4, 5)
+    r = vmap_range(3)
+    got = vmap(per_row)(Tensor(x).vmapin(varg(3, {0: r}))).vmapout(varg(2, {0: r})).numpy()
+    self.assert_close(got, np_nested(per_row, (0, 0))(x))
+
+class TestReuse(VmapTestCase):
+  def test_twice(self):
+    f, x1, x2 = vmap(per_row), rand(6, 4), rand(6, 4)
+    self.assert_close(f(Tensor(x1)).numpy(), np_vmap(per_row)(x1))
+    self.assert_close(f(Tensor(x2)).numpy(), np_vmap(per_row)(x2))
+
+  def test_other_batch_sizes(self):
+    f = vmap(per_row)
+    for n in (1, 5, 17):
+      x = rand(n, 4)
+      self.assert_close(f(Tensor(x)).numpy(), np_vmap(per_row)(x))
+
+  def test_two_calls_in_one_graph(self):
+    x = rand(6, 4)
+    f = vmap(lambda e: e*2)
+    self.assert_close((f(Tensor(x)) + f(Tensor(x)[::-1])).numpy(), x*2 + x[::-1]*2)
+
+  def test_composed_calls(self):
+    x = rand(6, 4)
+    self.assert_close(vmap(per_row)(vmap(lambda e: e.exp())(Tensor(x))).numpy(), np_vmap(per_row)(np.exp(x)))
+
+  def test_tinyjit_capture_and_replay(self):
+    w = rand(4, 3)
+    jf = TinyJit(vmap(lambda a, w: (a@w).relu().sum(), in_axes=(0, None)))
+    W = Tensor(w).realize()
+    for _ in range(4):
+      a = rand(7, 4)
+      self.assert_close(jf(Tensor(a).realize(), W).numpy(), np.maximum(a@w, 0).sum(1))
+    self.assertEqual(len(jf.captured.jit_cache), 1)
+
+class TestScheduleCache(VmapTestCase):
+  def schedule_misses(self, fn, *shapes) -> list[int]:
+    """how many schedules each call of fn on fresh data of `shapes` adds to the schedule cache"""
+    ret = []
+    for _ in range(3):
+      xs = [Tensor(rand(*s)).realize() for s in shapes]
+      before = len(schedule_cache)
+      fn(*xs).realize()
+      ret.append(len(schedule_cache) - before)
+    return ret
+
+  def test_repeat_calls_hit(self): self.assertEqual(self.schedule_misses(vmap(per_row), (9, 4))[1:], [0, 0])
+  def test_repeat_nested_calls_hit(self): self.assertEqual(self.schedule_misses(vmap(vmap(per_row)), (3, 9, 4))[1:], [0, 0])
+  def test_repeat_chunked_calls_hit(self): self.assertEqual(self.schedule_misses(vmap(per_row, chunk_size=4), (9, 4))[1:], [0, 0])
+  def test_new_shape_misses(self):
+    f = vmap(per_row)
+    f(Tensor(rand(9, 4))).realize()
+    x = Tensor(rand(10, 4)).realize()
+    before = len(schedule_cache)
+    f(x).realize()
+    self.assertEqual(len(schedule_cache), before+1)
+
+  def test_hit_gives_new_numbers(self):
+    f = vmap(lambda e: e.softmax())
+    for _ in range(3):
+      x = rand(5, 4)
+      self.assert_close(f(Tensor(x)).numpy(), np_softmax(x))
+
+  def test_nested_scopes_with_same_size_do_not_alias(self):
+    # two scopes of the same size: their RANGEs are renamed for the cache, but stay two RANGEs
+    x = rand(3, 3)
+    self.assert_close(vmap(lambda a: vmap(lambda b: a.sum()*b)(Tensor(x)))(Tensor(x)).numpy(), x.sum(1)[:, None, None]*x[None])
+
+class TestKernelCounts(VmapTestCase):
+  def setUp(self): self.x = Tensor(rand(6, 5, 4)).realize()
+  def test_one_example_is_one_kernel(self): self.assertEqual(kernels(lambda: per_row(self.x[0, 0]).realize()), 1)
+  def test_vmap_one_kernel(self): self.assertEqual(kernels(lambda: vmap(per_row)(self.x[0]).realize()), 1)
+  def test_vmap_vmap_one_kernel(self): self.assertEqual(kernels(lambda: vmap(vmap(per_row))(self.x).realize()), 1)
+  def test_vmap_vmap_mixed_axes_one_kernel(self):
+    self.assertEqual(kernels(lambda: vmap(vmap(per_row, in_axes=1), in_axes=2)(self.x).realize()), 1)
+  def test_kernels_do_not_grow_with_batch(self):
+    f = lambda e: e.softmax()
+    self.assertEqual(kernels(lambda: vmap(f)(Tensor(rand(3, 4)).realize()).realize()),
+                     kernels(lambda: vmap(f)(Tensor(rand(30, 4)).realize()).realize()))
+
+class TestChunks(VmapTestCase):
+  def check_chunks(self, fn, x, chunk_size, nfn=None, **kw):
+    self.assert_close(vmap(fn, chunk_size=chunk_size, **kw)(Tensor(x)).numpy(), np_vmap(nfn or fn, **kw)(x))
+
+  def test_divisible(self): self.check_chunks(per_row, rand(12, 4), 3)
+  def test_not_divisible(self): self.check_chunks(per_row, rand(11, 4), 3)
+  def test_chunk_of_one_is_a_sequential_map(self): self.check_chunks(per_row, rand(5, 4), 1)
+  def test_chunk_larger_than_batch(self): self.check_chunks(per_row, rand(5, 4), 8)
+  def test_softmax(self): self.check_chunks(lambda x: x.softmax(), rand(10, 6), 4, nfn=np_softmax)
+  def test_in_and_out_axes(self): self.check_chunks(lambda x: x*2+x.sum(), rand(3, 10), 4, in_axes=1, out_axes=1)
+  def test_unmapped_input(self):
+    x, w = rand(10, 3), rand(3)
+    self.assert_close(vmap(lambda x, w: (x*w).sum(), in_axes=(0, None), chunk_size=4)(Tensor(x), Tensor(w)).numpy(), x@w)
+  def test_pytree_output(self):
+    x = rand(7, 3)
+    s, d = vmap(lambda x: (x.sum(), {"d": x*2}), chunk_size=3)(Tensor(x))
+    self.assert_close(s.numpy(), x.sum(1))
+    self.assert_close(d["d"].numpy(), x*2)
+
+  def test_nested_chunked(self):
+    x = rand(5, 7, 4)
+    f = vmap(vmap(lambda e: e.softmax(), chunk_size=3), chunk_size=2)
+    self.assert_close(f(Tensor(x)).numpy(), np_softmax(x))
+
+  def test_nested_inner_chunked(self):
+    x = rand(5, 7, 4)
+    self.assert_close(vmap(vmap(per_row, chunk_size=2))(Tensor(x)).numpy(), np_nested(per_row, (0, 0))(x))
+
+  def intermediate_bytes(self, chunk_size:int|None, n=12, d=16) -> int:
+    """the largest buffer a vmap with a realized (d, d) per-example intermediate allocates, besides its input and output"""
+    X = Tensor(x:=rand(n, d)).realize()
+    y = vmap(lambda e: (e[:, None] * e[None, :]).contiguous().sum(0), chunk_size=chunk_size)(X)
+    sched = y.schedule()
+    ends = {id(X.uop.base.buffer), id(y.uop.base.buffer)}
+    sizes = [b.nbytes for ei in sched for b in ei.bufs if b is not None and id(b) not in ends]
+    run_schedule(sched)
+    self.assert_close(y.numpy(), x * x.sum(1, keepdims=True))
+    return max(sizes)
+
+  def test_memory_scales_with_chunk(self):
+    self.assertEqual(self.intermediate_bytes(None), 12*16*16*8)
+    self.assertEqual(self.intermediate_bytes(4), 4*16*16*8)
+    self.assertEqual(self.intermediate_bytes(1), 16*16*8)
+
+class TestRandomness(VmapTestCase):
+  N = 2000
+  def draws(self, rand_fn, randomness, n=N, shape=(3,)):
+    return vmap(lambda x: x + rand_fn(*shape), randomness=randomness)(Tensor.zeros(n, *shape)).numpy()
+
+  def test_error_is_default(self):
+    with self.assertRaisesRegex(RuntimeError, "randomness"): vmap(lambda x: x + Tensor.rand(3))(Tensor.zeros(4, 3))
+
+  def test_error_for_dropout(self):
+    with self.assertRaisesRegex(RuntimeError, "randomness"):
+      with Tensor.train(): vmap(lambda x: x.dropout(0.5))(Tensor.ones(4, 3))
+
+  def test_error_does_not_leak(self):
+    with self.assertRaises(RuntimeError): vmap(lambda x: x + Tensor.rand(3))(Tensor.zeros(4, 3))
+    self.assertEqual(Tensor.rand(5).shape, (5,))
+    self.assert_close(vmap(per_row)(Tensor(x:=rand(3, 4))).numpy(), np_vmap(per_row)(x))
+
+  def test_same_rows_equal(self):
+    d = self.draws(Tensor.rand, "same", n=5)
+    for row in d[1:]: np.testing.assert_array_equal(row, d[0])
+
+  def test_different_rows_differ(self):
+    d = self.draws(Tensor.rand, "different", n=50)
+    self.assertEqual(len({tuple(r) for r in d}), 50)
+
+  def test_different_uniform(self):
+    d = self.draws(Tensor.rand, "different").ravel()
+    self.assertTrue(0 <= d.min() and d.max() < 1)
+    # mean 1/2, variance 1/12, each decile holds a tenth: loose bounds for 6000 draws
+    self.assertAlmostEqual(d.mean(), 0.5, delta=0.02)
+    self.assertAlmostEqual(d.var(), 1/12, delta=0.01)
+    np.testing.assert_allclose(np.histogram(d, bins=10, range=(0, 1))[0] / d.size, 0.1, atol=0.02)
+
+  def test_different_normal(self):
+    d = self.draws(Tensor.randn, "different").ravel()
+    self.assertAlmostEqual(d.mean(), 0, delta=0.06)
+    self.assertAlmostEqual(d.std(), 1, delta=0.05)
+    self.assertAlmostEqual((np.abs(d) < 1).mean(), 0.6827, delta=0.03)
+
+  def test_different_randint(self):
+    d = vmap(lambda x: x + Tensor.randint(8, low=0, high=5), randomness="different")(Tensor.zeros(500, 8, dtype="int32")).numpy()
+    self.assertEqual(set(np.unique(d)), {0, 1, 2, 3, 4})
+    self.assertAlmostEqual((d == 4).mean(), 0.2, delta=0.03)
+    self.assertGreater(len({tuple(r) for r in d}), 490)  # 5**8 possible rows
+
+  def test_different_dropout(self):
+    with Tensor.train():
+      d = vmap(lambda x: x.dropout(0.5), randomness="different")(Tensor.ones(400, 32)).numpy()
+    self.assertEqual(set(np.unique(d)), {0.0, 2.0})
+    self.assertAlmostEqual((d == 0).mean(), 0.5, delta=0.03)
+    self.assertEqual(len({tuple(r) for r in d}), 400)  # 2**32 possible rows
+
+  def test_different_chunked(self):
+    d = vmap(lambda x: x + Tensor.rand(3), randomness="different", chunk_size=4)(Tensor.zeros(10, 3)).numpy()
+    self.assertEqual(len({tuple(r) for r in d}), 10)
+
+  def test_nested_different(self):
+    d = vmap(vmap(lambda x: x + Tensor.rand(2), randomness="different"), randomness="different")(Tensor.zeros(4, 5, 2)).numpy()
+    self.assertEqual(len({tuple(r) for r in d.reshape(-1, 2)}), 20)
+
+  def test_nested_same_outer_different_inner(self):
+    d = vmap(vmap(lambda x: x + Tensor.rand(2), randomness="different"), randomness="same")(Tensor.zeros(4, 5, 2)).numpy()
+    for row in d[1:]: np.testing.assert_array_equal(row, d[0])
+    self.assertEqual(len({tuple(r) for r in d[0]}), 5)
+
+  def test_bad_mode(self):
+    with self.assertRaisesRegex(ValueError, "randomness must be one of"): vmap(per_row, randomness="sometimes")
+
+class TestErrors(unittest.TestCase):
+  def raises(self, exc, msg, fn, *args, **kw):
+    with self.assertRaisesRegex(exc, msg): vmap(fn, **kw)(*args)
+
+  def test_inconsistent_sizes(self):
+    self.raises(ValueError, r"inconsistent sizes for array axes to be mapped: axis 0 of argument a had size 3, axis 1 of argument b had size 2",
+                lambda a, b: a+b, Tensor.empty(3, 2), Tensor.empty(2, 2), in_axes=(0, 1))
+  def test_inconsistent_with_axis_size(self):
+    self.raises(ValueError, "axis 0 of argument a had size 3, but axis_size=4", lambda a: a, Tensor.empty(3, 2), axis_size=4)
+  def test_in_axes_out_of_range(self):
+    self.raises(ValueError, r"map argument a along axis 2, which implies that its rank should be at least 3, but is only 2",
+                lambda a: a, Tensor.empty(3, 2), in_axes=2)
+  def test_in_axes_negative_out_of_range(self):
+    self.raises(ValueError, "map argument a along axis -3", lambda a: a, Tensor.empty(3, 2), in_axes=-3)
+  def test_in_axes_length(self):
+    self.raises(ValueError, r"len\(in_axes\)=1, len\(args\)=2", lambda a, b: a, Tensor.empty(3), Tensor.empty(3), in_axes=(0,))
+  def test_in_axes_tuple_for_tensor(self):
+    self.raises(ValueError, "structure the value doesn't have: argument a is a Tensor", lambda a: a, Tensor.empty(3, 2), in_axes=((0, 1),))
+  def test_in_axes_dict_keys_differ(self):
+    self.raises(ValueError, r"keys \['y'\], but the value has keys \['x'\]", lambda a: a["x"], {"x": Tensor.empty(3)}, in_axes=({"y": 0},))
+  def test_in_axes_bad_type(self):
+    with self.assertRaisesRegex(TypeError, "in_axes must be an int, None, or a tuple"): vmap(per_row, in_axes="0")
+  def test_in_axes_bad_entry(self):
+    self.raises(TypeError, "in_axes entries must be an int, None", lambda a: a, Tensor.empty(3), in_axes=(1.5,))
+  def test_nested_argument_named(self):
+    self.raises(ValueError, r"axis 1 of argument t\[1\] had size 4", lambda t: t[0], (Tensor.empty(3), Tensor.empty(2, 4)), in_axes=((0, 1),))
+  def test_all_unmapped(self):
+    self.raises(ValueError, "at least one non-None value in in_axes", lambda a: a, Tensor.empty(3), in_axes=None)
+  def test_returns_non_tensor(self):
+    self.raises(TypeError, "must return a Tensor or a tuple/list/dict of Tensors, got int at output", lambda a: 3, Tensor.empty(3))
+  def test_returns_structure_with_non_tensor(self):
+    self.raises(TypeError, r"got str at output\[1\]", lambda a: (a, "s"), Tensor.empty(3))
+  def test_out_axes_out_of_range(self):
+    self.raises(ValueError, "out_axes 2 for output is out of range: the batched output has 2 axes", lambda a: a, Tensor.empty(3, 2), out_axes=2)
+  def test_out_axes_negative_out_of_range(self):
+    self.raises(ValueError, "out_axes -3 for output is out of range", lambda a: a, Tensor.empty(3, 2), out_axes=-3)
+  def test_out_axes_structure(self):
+    self.raises(ValueError, "out_axes for output has 1 entries, but the value has 2", lambda a: (a, a), Tensor.empty(3), out_axes=(0,))
+  def test_out_axes_none_for_mapped_output(self):
+    self.raises(ValueError, "mapped output but out_axes is None", lambda a: a*2, Tensor.empty(3, 2), out_axes=None)
+  def test_bad_chunk_size(self):
+    with self.assertRaisesRegex(ValueError, "chunk_size must be a positive int"): vmap(per_row, chunk_size=0)
+  def test_not_callable(self):
+    with self.assertRaisesRegex(TypeError, "expects a function"): vmap(3)
+  def test_error_leaves_inputs_usable(self):
+    x = rand(3, 2)
+    X = Tensor(x)
+    with self.assertRaises(TypeError): vmap(lambda a: "s")(X)
+    np.testing.assert_allclose(vmap(lambda a: a.sum())(X).numpy(), x.sum(1))
+
+if __name__ == "__main__":
+  unittest.main()
