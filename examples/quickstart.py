@@ -2,12 +2,13 @@
 
   make demo        (or: CPU=1 PYTHONPATH=. python examples/quickstart.py)
 
-A vmap scope is a bracket: `xs.vmapin(varg)` takes one example out of the batch, `y.vmapout(varg)` puts the batch axis back.
-Whatever you compute in between is per example; the scheduler turns the bracket into a loop over the batch inside the kernel.
+`vmap(fn, in_axes)` runs fn on every example of a batch. Underneath it is a bracket: `xs.vmapin(varg)` takes one example out of the
+batch, `y.vmapout(varg)` puts the batch axis back, and the scheduler turns the bracket into a loop over the batch inside the kernel.
+Step 2b writes that bracket by hand.
 """
 import re, sys
 import numpy as np
-from tinygrad import Tensor, GlobalCounters
+from tinygrad import Tensor, GlobalCounters, vmap
 from tinygrad.vmap import vmap_range, varg
 
 B, D = 1000, 8   # a batch of 1000 examples, each a vector of 8 numbers
@@ -17,8 +18,11 @@ LOOP_N = 100     # the Python-loop baseline runs on the first 100 examples only:
 def score(x:Tensor, w:Tensor) -> Tensor:
   return (x * w).sum() + x.max()   # shape (): one number per example
 
-# 2. the same function over a batch xs of shape (B, D)
-def batched_score(xs:Tensor, w:Tensor) -> Tensor:
+# 2. the same function over a batch xs of shape (B, D): map axis 0 of xs, pass w whole to every example
+batched_score = vmap(score, in_axes=(0, None))
+
+# 2b. what vmap builds, by hand
+def bracket_score(xs:Tensor, w:Tensor) -> Tensor:
   r = vmap_range(xs.shape[0])                 # a fresh RANGE: the loop variable over the batch (every scope needs its own)
   x = xs.vmapin(varg(xs.ndim, {0: r}))        # open the scope: axis 0 is mapped by r, x is one example of shape (D,)
   y = score(x, w)                             # per-example code, unchanged. w is not vmapped in: every example sees all of it
@@ -32,6 +36,7 @@ xs, w = Tensor(xs_np).realize(), Tensor(w_np).realize()   # realized now, so the
 got = batched_score(xs, w).numpy()
 want = np.array([(xs_np[i] * w_np).sum() + xs_np[i].max() for i in range(B)])
 ok = got.shape == want.shape and np.allclose(got, want, rtol=1e-5, atol=1e-5)
+ok &= np.allclose(bracket_score(xs, w).numpy(), want, rtol=1e-5, atol=1e-5)
 print(f"batched_score on {B} examples vs a numpy loop: {'PASS' if ok else 'FAIL'}")
 
 # 4. the generated C kernel: the schedule is the list of kernels that compute the tensor, ours is the last one.

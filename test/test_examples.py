@@ -16,6 +16,11 @@ class TestExamples(unittest.TestCase):
     self.assertIn("PASS", out)
     self.assertRegex(out, r"for \(int \w+ = 0; \w+ < 1000; \w+\+\+\)")
 
+  def test_nearest_neighbors(self):
+    out = self.run_example("nearest_neighbors.py")
+    self.assertIn("PASS", out)
+    self.assertRegex(out, r"kernels per call: (\d+) for 10 queries, \1 for 2000")
+
   def test_debug_rangeify(self):
     out = self.run_example("debug_rangeify.py", DEBUG_RANGEIFY="1")
     self.assertIn("Ops.VMAPOUT", out)
