@@ -191,6 +191,13 @@ class TestReuse(VmapTestCase):
       self.assert_close(jf(Tensor(a).realize(), W).numpy(), np.maximum(a@w, 0).sum(1))
     self.assertEqual(len(jf.captured.jit_cache), 1)
 
+  def test_tinyjit_chunked(self):
+    # a chunk is an OUTER range: its kernels run once per chunk with another value of the range's variable, also when replayed
+    jf = TinyJit(vmap(lambda x: x.softmax(), chunk_size=3))
+    for _ in range(4):
+      x = rand(7, 3)
+      self.assert_close(jf(Tensor(x).realize()).numpy(), np_softmax(x))
+
 class TestScheduleCache(VmapTestCase):
   def schedule_misses(self, fn, *shapes) -> list[int]:
     """how many schedules each call of fn on fresh data of `shapes` adds to the schedule cache"""

@@ -1,0 +1,76 @@
+"""Per-example gradients: `.gradient` called INSIDE a vmapped function is the gradient of one example's loss, not summed over the batch."""
+import unittest
+import numpy as np
+from tinygrad import Tensor, vmap
+from tinygrad.uop.ops import Ops
+from tinygrad.vmap import vmap_range, varg
+from vmap_oracle import rand, bracket, VmapTestCase
+
+N, D, H, C = 5, 3, 4, 3
+
+class TestPerExampleGradients(VmapTestCase):
+  def per_example(self, loss_fn, *ws:np.ndarray, xs:np.ndarray, ys:np.ndarray) -> list[np.ndarray]:
+    """the gradients of loss_fn(*ws, x, y) w.r.t. ws for each example (x, y), as one batched call"""
+    def grad_fn(*args): return loss_fn(*args).gradient(*args[:len(ws)])
+    wts = [Tensor(w, requires_grad=True) for w in ws]
+    return [g.numpy() for g in vmap(grad_fn, in_axes=(None,)*len(ws)+(0, 0))(*wts, Tensor(xs), Tensor(ys))]
+
+  def test_linear(self):
+    w, b, xs, ys = rand(D), rand(1), rand(N, D), rand(N)
+    gw, gb = self.per_example(lambda w, b, x, y: ((x*w).sum() + b[0] - y) ** 2, w, b, xs=xs, ys=ys)
+    d = 2 * (xs @ w + b[0] - ys)
+    self.assert_close(gw, d[:, None] * xs)
+    self.assert_close(gb, d[:, None])
+
+  def test_mlp_relu(self):
+    w1, w2, xs, ys = rand(D, H), rand(H), rand(N, D), rand(N)
+    g1, g2 = self.per_example(lambda w1, w2, x, y: ((x @ w1).relu() @ w2 - y) ** 2, w1, w2, xs=xs, ys=ys)
+    h = xs @ w1
+    d = 2 * (np.maximum(h, 0) @ w2 - ys)
+    self.assert_close(g1, np.einsum("nd,nh->ndh", xs, d[:, None] * w2 * (h > 0)))
+    self.assert_close(g2, d[:, None] * np.maximum(h, 0))
+
+  def test_softmax_cross_entropy(self):
+    w, b, xs, ys = rand(D, C), rand(C), rand(N, D), np.arange(N) % C
+    def loss(w, b, x, y): return -((x @ w + b).log_softmax() * (Tensor.arange(C) == y).float().cast(w.dtype)).sum()
+    gw, gb = self.per_example(loss, w, b, xs=xs, ys=ys)
+    z = xs @ w + b
+    p = np.exp(z - z.max(-1, keepdims=True))
+    dz = p / p.sum(-1, keepdims=True) - np.eye(C)[ys]
+    self.assert_close(gw, np.einsum("nd,nc->ndc", xs, dz))
+    self.assert_close(gb, dz)
+
+  def test_mapped_input(self):
+    w, xs = rand(D, H), rand(N, D)
+    gx = vmap(lambda w, x: ((x @ w).tanh() ** 2).sum().gradient(x)[0], in_axes=(None, 0))(Tensor(w), Tensor(xs)).numpy()
+    t = np.tanh(xs @ w)
+    self.assert_close(gx, (2 * t * (1 - t**2)) @ w.T)
+
+  def test_bracket(self):
+    # the same with a hand-built scope
+    w, xs = rand(D), rand(N, D)
+    wt = Tensor(w, requires_grad=True)
+    self.assert_close(bracket(lambda x: (x*wt).sum().sin().gradient(wt)[0], Tensor(xs)).numpy(), np.cos(xs @ w)[:, None] * xs)
+
+  def test_backward_outside_still_sums(self):
+    # a loss outside the scope: the gradient of an unbatched weight is summed over the batch, as before
+    w, xs = rand(D), rand(N, D)
+    wt = Tensor(w, requires_grad=True)
+    vmap(lambda w, x: (x*w).sum().sin(), in_axes=(None, 0))(wt, Tensor(xs)).sum().backward()
+    self.assert_close(wt.grad.numpy(), (np.cos(xs @ w)[:, None] * xs).sum(0))
+
+  def test_vmapout_of_ended_range(self):
+    # a REDUCE over the batch RANGE inside the scope ends it: vmapout over it broadcasts the batch sum (it used to hang codegen)
+    xs = rand(N, D)
+    r = vmap_range(N)
+    s = Tensor(Tensor(xs).vmapin(varg(2, {0: r})).uop.reduce(r, arg=Ops.ADD))
+    self.assert_close(s.vmapout(varg(2, {0: r})).numpy(), np.broadcast_to(xs.sum(0), (N, D)))
+
+class TestBackwardInsideScope(unittest.TestCase):
+  def test_backward_inside_vmap_raises(self):
+    w = Tensor(rand(D), requires_grad=True)
+    with self.assertRaisesRegex(RuntimeError, r"backward\(\) inside a vmap scope"): vmap(lambda x: (x*w).sum().backward())(Tensor(rand(N, D)))
+    self.assertIsNone(w.grad)
+
+if __name__ == "__main__":
+  unittest.main()
