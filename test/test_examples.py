@@ -1,5 +1,5 @@
 """The examples run and check themselves against numpy (each exits non-zero on a mismatch)."""
-import os, subprocess, sys, unittest
+import os, re, subprocess, sys, unittest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,6 +20,12 @@ class TestExamples(unittest.TestCase):
     out = self.run_example("nearest_neighbors.py")
     self.assertIn("PASS", out)
     self.assertRegex(out, r"kernels per call: (\d+) for 10 queries, \1 for 2000")
+
+  def test_bicycle_jacobian(self):
+    out = self.run_example("bicycle_jacobian.py")
+    self.assertTrue(out.rstrip().endswith("PASS"), out)
+    # the kernel count doesn't grow with the trajectory
+    self.assertEqual(len(set(re.findall(r"(\d+) kernels", out))), 1, out)
 
   def test_debug_rangeify(self):
     out = self.run_example("debug_rangeify.py", DEBUG_RANGEIFY="1")

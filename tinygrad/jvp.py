@@ -52,7 +52,6 @@ pm_tangent = PatternMatcher([
   (UPat(Ops.SUB), lambda ctx: _add(ctx[0], None if ctx[1] is None else -ctx[1])),
   (UPat(Ops.MUL, src=(UPat.var("x"), UPat.var("y"))), lambda ctx, x, y: _add(_mul(ctx[0], y), _mul(ctx[1], x))),
   (UPat(Ops.FDIV, name="ret", src=(UPat.var("x"), UPat.var("y"))), lambda ctx, ret, x, y: _add(ctx[0], _mul(ctx[1], -ret)) / y),
-  (UPat(Ops.MULACC, src=(UPat.var("x"), UPat.var("y"), UPat())), lambda ctx, x, y: _add(_mul(ctx[0], y), _mul(ctx[1], x), ctx[2])),
   # the same split on ties as gradient.py
   (UPat(Ops.MAX, name="ret", src=(UPat.var("x"), UPat.var("y"))), lambda ctx, ret, x, y:
     (x > y).where(_zero(ctx[0], ret), (x < y).where(_zero(ctx[1], ret), (_zero(ctx[0], ret) + _zero(ctx[1], ret)) * 0.5))),
