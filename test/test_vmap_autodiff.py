@@ -1,0 +1,175 @@
+"""jvp, jacfwd, jacrev and hessian composed with vmap in every order, and seed 000 (a JVP under an outer vmap whose primal has an inner
+vmap and g * stack(...) of values depending on g). Oracles: numpy central differences in float64 of a numpy version of each function,
+looped over examples, and analytic derivatives."""
+import unittest
+import numpy as np
+from tinygrad import Tensor, UOp, dtypes, vmap, jvp, jacfwd, jacrev, hessian
+from tinygrad.uop.ops import AxisType
+from tinygrad.jvp import jvp_tensors
+from tinygrad.vmap import varg
+from vmap_oracle import VmapTestCase, rand, kernels, np_softmax
+
+def np_jac(nfn, x:np.ndarray, h=1e-6) -> np.ndarray:
+  """the Jacobian of nfn at x by central differences: shape out.shape + x.shape"""
+  cols = [(np.asarray(nfn(x + h*e)) - np.asarray(nfn(x - h*e))) / (2*h) for e in np.eye(x.size).reshape(x.size, *x.shape)]
+  return np.moveaxis(np.stack(cols), 0, -1).reshape(np.shape(nfn(x)) + x.shape)
+
+def np_jvp(nfn, x:np.ndarray, t:np.ndarray, h=1e-6) -> np.ndarray: return (np.asarray(nfn(x + h*t)) - np.asarray(nfn(x - h*t))) / (2*h)
+
+# per-example functions, as (tinygrad, numpy) pairs
+def mlp(x): return ((x.reshape(1, -1) @ W1).tanh() @ W2).reshape(-1).exp()
+def np_mlp(x): return np.exp(np.tanh(x.reshape(1, -1) @ W1.numpy()) @ W2.numpy()).reshape(-1)
+W1, W2 = Tensor(rand(4, 5)), Tensor(rand(5, 3))
+def sm(x): return x.softmax() * x.sum()
+def np_sm(x): return np_softmax(x) * x.sum()
+def idx(x): return Tensor.stack(x[:2].sum(), x[2:].sum(), x.max())[[0, 2, 1, 0]] * x[0]       # indexing a reduce: realized inside
+def np_idx(x): return np.stack([x[:2].sum(), x[2:].sum(), x.max()])[[0, 2, 1, 0]] * x[0]
+FUNCS = {"mlp": (mlp, np_mlp), "softmax": (sm, np_sm), "index_reduce": (idx, np_idx)}
+
+class TestCompositions(VmapTestCase):
+  def each(self, check):
+    for name, (f, nf) in FUNCS.items():
+      with self.subTest(fn=name): check(f, nf)
+
+  def test_vmap_of_jvp(self):
+    def check(f, nf):
+      xs, ts = rand(6, 4), rand(6, 4)
+      got = vmap(lambda x, t: jvp(f, (x,), (t,))[1])(Tensor(xs), Tensor(ts)).numpy()
+      self.assert_close(got, np.stack([np_jvp(nf, x, t) for x, t in zip(xs, ts)]), atol=1e-6, rtol=1e-6)
+    self.each(check)
+
+  def test_jvp_of_vmap(self):
+    def check(f, nf):
+      xs, ts = rand(6, 4), rand(6, 4)
+      out, tan = jvp(vmap(f), (Tensor(xs),), (Tensor(ts),))
+      self.assert_close(out.numpy(), np.stack([nf(x) for x in xs]))
+      self.assert_close(tan.numpy(), np.stack([np_jvp(nf, x, t) for x, t in zip(xs, ts)]), atol=1e-6, rtol=1e-6)
+    self.each(check)
+
+  def test_vmap_of_jacfwd(self):
+    def check(f, nf):
+      xs = rand(5, 4)
+      self.assert_close(vmap(jacfwd(f))(Tensor(xs)).numpy(), np.stack([np_jac(nf, x) for x in xs]), atol=1e-6, rtol=1e-6)
+    self.each(check)
+
+  def test_jacfwd_of_vmap(self):
+    def check(f, nf):
+      xs = rand(3, 4)
+      want = np_jac(lambda b: np.stack([nf(x) for x in b]), xs)
+      self.assert_close(jacfwd(vmap(f))(Tensor(xs)).numpy(), want, atol=1e-6, rtol=1e-6)
+    self.each(check)
+
+  def test_vmap_vmap_jvp(self):
+    def check(f, nf):
+      xs, ts = rand(3, 2, 4), rand(3, 2, 4)
+      got = vmap(vmap(lambda x, t: jvp(f, (x,), (t,))[1]))(Tensor(xs), Tensor(ts)).numpy()
+      self.assert_close(got, np.stack([np.stack([np_jvp(nf, x, t) for x, t in zip(a, b)]) for a, b in zip(xs, ts)]), atol=1e-6, rtol=1e-6)
+    self.each(check)
+
+  def test_vmap_of_jacrev_equals_jacfwd(self):
+    def check(f, nf):
+      xs = rand(5, 4)
+      self.assert_close(vmap(jacrev(f))(Tensor(xs)).numpy(), vmap(jacfwd(f))(Tensor(xs)).numpy())
+    self.each(check)
+
+class TestJacobians(VmapTestCase):
+  def test_shapes(self):
+    for xshape, f in [((), lambda x: x*x), ((3,), lambda x: x.sum()), ((3,), lambda x: x*2), ((2, 3), lambda x: x.T.exp()),
+                      ((3,), lambda x: x.reshape(3, 1) * x.reshape(1, 3))]:
+      x = Tensor(rand(*xshape))
+      out = f(x)
+      with self.subTest(xshape=xshape, out=out.shape):
+        self.assertEqual(jacfwd(f)(x).shape, out.shape + xshape)
+        self.assertEqual(jacrev(f)(x).shape, out.shape + xshape)
+
+  def test_matrix_input_values(self):
+    A = rand(2, 3)
+    self.assert_close(jacfwd(lambda a: (a*a).sum(0))(Tensor(A)).numpy(), np_jac(lambda a: (a*a).sum(0), A), atol=1e-6, rtol=1e-6)
+
+  def test_tuple_argnums(self):
+    x, y = rand(3), rand(2)
+    f = lambda x, y: (x.reshape(3, 1) * y.reshape(1, 2)).sin().sum(1)
+    nf = lambda x, y: np.sin(x[:, None] * y[None]).sum(1)
+    for jac in (jacfwd, jacrev):
+      jx, jy = jac(f, argnums=(0, 1))(Tensor(x), Tensor(y))
+      self.assert_close(jx.numpy(), np_jac(lambda a: nf(a, y), x), atol=1e-6, rtol=1e-6)
+      self.assert_close(jy.numpy(), np_jac(lambda b: nf(x, b), y), atol=1e-6, rtol=1e-6)
+
+  def test_argnum_other_than_first(self):
+    x, y = rand(3), rand(3)
+    self.assert_close(jacfwd(lambda x, y: x*y.exp(), argnums=1)(Tensor(x), Tensor(y)).numpy(), np.diag(x*np.exp(y)))
+
+  def test_pytree_output(self):
+    x = rand(3)
+    out = jacfwd(lambda x: {"s": x.sum(), "e": x.exp()})(Tensor(x))
+    self.assert_close(out["s"].numpy(), np.ones(3))
+    self.assert_close(out["e"].numpy(), np.diag(np.exp(x)))
+
+  def test_hessian(self):
+    x = rand(4)
+    H = hessian(lambda x: (x*x*x).sum() + x[0]*x[1])(Tensor(x)).numpy()
+    want = np.diag(6*x)
+    want[0, 1] = want[1, 0] = 1
+    self.assert_close(H, want)
+
+  def test_bad_argnums(self):
+    with self.assertRaisesRegex(ValueError, "argnums 2 is out of range"): jacfwd(lambda x: x, argnums=2)(Tensor(rand(3)))
+    with self.assertRaisesRegex(TypeError, "float Tensors"): jacfwd(lambda x: x)(Tensor([1, 2, 3]))
+
+class TestKernelCounts(VmapTestCase):
+  def test_vmap_jacfwd_one_kernel(self):
+    f = lambda x: Tensor.stack(x[0] * x[1].sin(), x[2].exp() + x[3] * x[0], (x * x).sum())
+    xs = Tensor(rand(50, 4)).realize()
+    self.assertEqual(kernels(lambda: f(xs[0]).realize()), 1)
+    self.assertEqual(kernels(lambda: vmap(jacfwd(f))(xs).realize()), 1)
+
+  def test_jacfwd_kernels_do_not_grow_with_batch(self):
+    f = lambda x: x.softmax()
+    self.assertEqual(kernels(lambda: vmap(jacfwd(f))(Tensor(rand(3, 4)).realize()).realize()),
+                     kernels(lambda: vmap(jacfwd(f))(Tensor(rand(40, 4)).realize()).realize()))
+
+# *** seed 000: the JVP of a primal with an inner vmap and g * stack(values depending on g), under an outer vmap over basis tangents
+
+def seed_primal(z:Tensor, n:int, reduce:bool, depth:int) -> Tensor:
+  """seed 000's output, generalized: z = [x_0 .. x_{n-1}, g]; an inner scope (hand-built, RANGE id -1 as in the seed, nested `depth`
+  deep) multiplies each x by g, and the result is g * stack(y_0 .. y_{n-1}) (or its stack of partial sums with `reduce`)"""
+  x, g = z[:n].reshape(n, *(1,)*depth), z[n:]
+  rngs = [UOp.range(1, -1-d, AxisType.LOOP) for d in range(depth)]
+  xv = x
+  for d, r in enumerate(rngs): xv = xv.vmapin(varg(xv.ndim, {1: r}))
+  y = xv * g
+  ys = [y[:i+1].sum() for i in range(n)] if reduce else [y[i] for i in range(n)]
+  out = g * Tensor.stack(*ys)
+  for r in reversed(rngs): out = out.vmapout(varg(out.ndim+1, {out.ndim: r}))
+  return out.flatten()
+
+def np_seed_jacobian(z:np.ndarray, n:int, reduce:bool) -> np.ndarray:
+  """d out / d z analytically: out_i = g^2 * s_i with s_i = x_i (or the partial sum x_0 + .. + x_i)"""
+  x, g = z[:n], z[n]
+  A = np.tril(np.ones((n, n))) if reduce else np.eye(n)
+  return np.concatenate([g*g*A, (2*g*(A @ x))[:, None]], axis=1)
+
+class TestSeed000(VmapTestCase):
+  def check(self, n=2, reduce=False, depth=1):
+    z_np = rand(n+1)
+    z = Tensor(z_np)
+    output = seed_primal(z, n, reduce, depth)
+    want = np_seed_jacobian(z_np, n, reduce)
+    # the direct JVP, one basis direction at a time
+    direct = np.stack([jvp_tensors((output,), (z,), (Tensor(e),))[0].numpy() for e in np.eye(n+1)], axis=1)
+    self.assert_close(direct, want)
+    # the seed: the same JVPs under an outer vmap over the basis (the gamma column was zero)
+    jac = vmap(lambda v: jvp_tensors((output,), (z,), (v,))[0], in_axes=1, out_axes=1)(Tensor.eye(n+1, dtype=dtypes.float64)).numpy()
+    self.assert_close(jac, want)
+    self.assert_close(jacfwd(lambda z: seed_primal(z, n, reduce, depth))(z).numpy(), want)
+
+  def test_minimal(self): self.check()
+  def test_stack_of_3(self): self.check(n=3)
+  def test_with_reduce(self): self.check(reduce=True)
+  def test_stack_of_3_with_reduce(self): self.check(n=3, reduce=True)
+  def test_depth_2(self): self.check(depth=2)
+  def test_depth_3(self): self.check(n=3, depth=3)
+  def test_depth_3_with_reduce(self): self.check(n=3, reduce=True, depth=3)
+
+if __name__ == "__main__":
+  unittest.main()
