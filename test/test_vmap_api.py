@@ -249,6 +249,10 @@ class TestChunks(VmapTestCase):
 
   def test_divisible(self): self.check_chunks(per_row, rand(12, 4), 3)
   def test_not_divisible(self): self.check_chunks(per_row, rand(11, 4), 3)
+  def test_one_chunk_and_a_tail(self):
+    # one full chunk is an OUTER range of size 1
+    for n, k in [(3, 2), (4, 3), (7, 4)]:
+      with self.subTest(n=n, chunk_size=k): self.check_chunks(lambda x: x.softmax(), rand(n, 4), k, nfn=np_softmax)
   def test_chunk_of_one_is_a_sequential_map(self): self.check_chunks(per_row, rand(5, 4), 1)
   def test_chunk_larger_than_batch(self): self.check_chunks(per_row, rand(5, 4), 8)
   def test_softmax(self): self.check_chunks(lambda x: x.softmax(), rand(10, 6), 4, nfn=np_softmax)

@@ -75,6 +75,12 @@ class TestOuterLoops(VmapTestCase):
     e = Tensor(x).vmapin((r0, r1, zero))
     self.assert_close(f(e).vmapout((r0, r1, zero)).numpy(), np_loop(lambda row: np_loop(f, row), x))
 
+  def test_outer_range_of_size_one(self):
+    # one index is just a scope: a RANGE of size 1 folds to 0, the outer world REDUCE over it had no RANGE left
+    x = rand(1, 2, 5)
+    self.assert_close(bracket(f, Tensor(x), axis_type=O).numpy(), np_loop(f, x))
+    self.assert_close(nest(f, (1, 0), axis_type=(O, O))(Tensor(x)).numpy(), np_nest(f, (1, 0))(x))
+
 @unittest.skipUnless(Device.DEFAULT == "CPU", "counts are for the CPU backend")
 class TestOuterInOuterLaunches(RedTestCase):
   """per outer index the inner scope is re-run: its zeroing, its kernels per inner index, then the outer accumulation"""

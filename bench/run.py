@@ -1,0 +1,711 @@
+#!/usr/bin/env python3
+"""The vmap benchmark: every workload of bench/workloads.py through our vmap (eager, TinyJit), hand-batched tinygrad (eager, TinyJit),
+a tinygrad Python loop over examples (extrapolated), upstream 0.12's pad+reduce idiom with an OUTER range, numpy, jax.jit(jax.vmap) and
+torch.func.vmap, every output checked against the numpy oracle (float64).
+
+  python bench/run.py              # the full run: bench/RESULTS.md, bench/results.json, docs/bench.png (make bench)
+  python bench/run.py --quick      # smoke run for CI: small N, 2 repeats, every row runs and matches numpy (make bench QUICK=1)
+  python bench/run.py --source W1  # the kernel source (what DEBUG=4 prints) of vmap and hand-batched tinygrad for W1, side by side
+  python bench/run.py --only W1,W3 --impls vmap_jit,hand_jit,jax --no-scaling   # a subset, printed, no files written
+
+Every (workload, implementation) row runs in a worker subprocess whose environment pins every framework to one thread before anything
+is imported (THREAD_ENV). In the full run each row has a fresh process, so its first call is a cold first call: graph building,
+scheduling, codegen and the clang compile (the compile cache is off, CCACHE=0), and the run. `--quick` runs one process per framework
+for speed, so its first calls are only cold for the schedule and method caches. The exit status is nonzero when any output is wrong or a
+row that must run crashes; rows of frameworks that aren't installed are skipped with the reason.
+"""
+from __future__ import annotations
+import argparse, datetime, importlib.util, json, os, platform, statistics, subprocess, sys, time, traceback
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+THREAD_ENV = {
+  "CPU": "1", "CPU_COUNT": "1",                # tinygrad: the CPU device; CPU_COUNT caps the THREAD opt (renderer global_max) at 1 thread
+  "CCACHE": "0",                               # tinygrad: no disk cache of compiled kernels, so a first call pays its clang compile
+  "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+  "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+  "TF_CPP_MIN_LOG_LEVEL": "2", "JAX_PLATFORMS": "cpu", "JAX_ENABLE_X64": "0",
+}
+
+# implementation key -> (label, framework)
+IMPLS = {
+  "vmap":      ("tinygrad vmap (eager)", "tinygrad"),
+  "vmap_jit":  ("tinygrad vmap (TinyJit)", "tinygrad"),
+  "hand":      ("tinygrad hand-batched (eager)", "tinygrad"),
+  "hand_jit":  ("tinygrad hand-batched (TinyJit)", "tinygrad"),
+  "loop":      ("tinygrad Python loop (extrapolated)", "tinygrad"),
+  "pad_outer": ("upstream pad+reduce, OUTER range", "tinygrad"),
+  "numpy":     ("numpy hand-batched", "numpy"),
+  "jax":       ("jax.jit(jax.vmap(f))", "jax"),
+  "torch":     ("torch.func.vmap(f)", "torch"),
+}
+# W4 only: the Jacobian from the step function itself, by forward mode
+EXTRA_IMPLS = {
+  "W4": {"vmap_jacfwd_jit": ("tinygrad vmap(jacfwd(step)) (TinyJit)", "tinygrad"),
+         "jax_jacfwd": ("jax.jit(jax.vmap(jax.jacfwd(step)))", "jax")},
+}
+SCALING = {"W1": ["vmap", "vmap_jit", "hand", "jax"], "W2": ["vmap", "vmap_jit", "hand", "jax"]}
+SCALING_N = [10**2, 10**3, 10**4, 10**5, 10**6]
+SCALING_N_QUICK = [10**2, 10**3]
+
+def impls_of(w:str) -> dict[str, tuple[str, str]]: return {**IMPLS, **EXTRA_IMPLS.get(w, {})}
+
+# ================================================================ worker: runs in a subprocess with THREAD_ENV
+
+class Mismatch(Exception): """an output differs from the numpy oracle: the run fails"""
+
+def median(xs): return statistics.median(xs) if xs else None
+
+def check(got, want, what:str):
+  """got (one array or a tuple) against the float64 oracle, float32 tolerances; raises AssertionError naming the worst element"""
+  import numpy as np
+  gots, wants = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+  if len(gots) != len(wants): raise Mismatch(f"{what}: {len(gots)} outputs, the oracle has {len(wants)}")
+  for i, (g, w) in enumerate(zip(gots, wants)):
+    g = np.asarray(g)
+    if g.shape != w.shape: raise Mismatch(f"{what}: output {i} has shape {g.shape}, the oracle {w.shape}")
+    err = np.abs(g.astype(np.float64) - w)
+    tol = 1e-4 + 1e-4 * np.abs(w)
+    if not (err <= tol).all():
+      j = np.unravel_index(np.argmax(err - tol), err.shape)
+      raise Mismatch(f"{what}: output {i} differs from numpy at {tuple(int(x) for x in j)}: got {g[j]}, want {w[j]}")
+
+class TinygradHooks:
+  """time spent scheduling (and schedule-cache hits/misses), in codegen (get_program) + clang (Compiler.compile_cached), and in clang
+  alone, counted by wrapping tinygrad's functions from the outside (tinygrad itself is not edited)"""
+  def __init__(self):
+    import tinygrad.tensor, tinygrad.engine.realize, tinygrad.engine.schedule as sched
+    from tinygrad.device import Compiler
+    self.reset()
+    orig_sched, orig_program, orig_compile = tinygrad.tensor.complete_create_schedule_with_vars, tinygrad.engine.realize.get_program, \
+      Compiler.compile_cached
+    hooks = self
+    def schedule(big_sink):
+      n, st = len(sched.schedule_cache), time.perf_counter()
+      try: return orig_sched(big_sink)
+      finally:
+        hooks.schedule_s += time.perf_counter() - st
+        if len(sched.schedule_cache) > n: hooks.misses += 1
+        else: hooks.hits += 1
+    def get_program(ast, renderer):   # codegen: the kernel AST to C source (get_runner calls it on a method-cache miss)
+      st = time.perf_counter()
+      try: return orig_program(ast, renderer)
+      finally: hooks.lower_s += time.perf_counter() - st
+    def compile_cached(self_, src):
+      st = time.perf_counter()
+      try: return orig_compile(self_, src)
+      finally: hooks.compile_s += time.perf_counter() - st
+    tinygrad.tensor.complete_create_schedule_with_vars = schedule
+    tinygrad.engine.realize.get_program = get_program
+    Compiler.compile_cached = compile_cached
+
+  def reset(self): self.schedule_s, self.lower_s, self.compile_s, self.hits, self.misses = 0.0, 0.0, 0.0, 0, 0
+  def snapshot(self) -> dict: return {"schedule_ms": self.schedule_s*1e3, "codegen_compile_ms": (self.lower_s+self.compile_s)*1e3,
+                                      "clang_ms": self.compile_s*1e3, "sched_hits": self.hits, "sched_misses": self.misses}
+
+_HOOKS: TinygradHooks|None = None
+def hooks() -> TinygradHooks:
+  global _HOOKS
+  if _HOOKS is None: _HOOKS = TinygradHooks()
+  return _HOOKS
+
+def clear_tinygrad_caches():
+  """the schedule cache and the method cache (compiled kernels) of this process: the next call schedules and compiles again"""
+  import tinygrad.engine.schedule, tinygrad.engine.realize
+  tinygrad.engine.schedule.schedule_cache.clear()
+  tinygrad.engine.realize.method_cache.clear()
+
+def pad_vmap(fn, in_axes, axis_type, n:int):
+  """upstream 0.12's own vmap idiom, written with upstream ops only (as test/test_native_vmap_pad.py does): fn on the slice (r, r+1) of
+  the batch axis for a RANGE r, its result padded back to n slots at offset r and summed over r: only example r's own slot is nonzero.
+  With AxisType.OUTER the schedule runs the kernels once per example."""
+  from tinygrad import Tensor
+  from tinygrad.uop.ops import UOp, Ops
+  def run(*xs):
+    r = UOp.range(n, next(_pad_ids), axis_type)
+    def one(x, a):
+      return x.shrink(tuple((r, r+1) if i == a else None for i in range(x.ndim))).reshape(x.shape[:a] + x.shape[a+1:])
+    ys = fn(*[x if a is None else one(x, a) for x, a in zip(xs, in_axes)])
+    def back(y):
+      y = y.reshape((1,) + y.shape).pad(((r, n-1-r),) + (None,)*y.ndim)
+      return Tensor(y.uop.reduce(r, arg=Ops.ADD))
+    return tuple(back(y) for y in ys) if isinstance(ys, tuple) else back(ys)
+  return run
+def _pad_id_gen():
+  i = -(1 << 24)
+  while True: yield i; i -= 1
+_pad_ids = _pad_id_gen()
+
+def tinygrad_impl(w, impl:str, args_np, n:int):
+  """call() runs one call of the implementation to completion and returns its outputs (Tensors)"""
+  from tinygrad import Tensor, TinyJit, Device, vmap, jacfwd
+  import numpy as np
+  from tinygrad.uop.ops import AxisType
+  dev = Device[Device.DEFAULT]
+  grad_args = w.extra.get("requires_grad", ())
+  def tensor(a, i): return Tensor(a, requires_grad=True if i in grad_args else None).realize()
+  ts = [tensor(a, i) for i, a in enumerate(args_np)]
+  def finish(out):
+    outs = out if isinstance(out, tuple) else (out,)
+    Tensor.realize(*outs)
+    dev.synchronize()
+    return out
+  def jitted(f):
+    j = TinyJit(lambda *a: (lambda o: (Tensor.realize(*o) if isinstance(o, tuple) else o.realize(), o)[1])(f(*a)))
+    return lambda *a: j(*a)
+  if impl == "vmap": f = w.tg_vmap(vmap, w.tg)
+  elif impl == "vmap_jit": f = jitted(w.tg_vmap(vmap, w.tg))
+  elif impl == "hand": f = w.tg_hand
+  elif impl == "hand_jit": f = jitted(w.tg_hand)
+  elif impl == "vmap_jacfwd_jit":
+    from workloads import bicycle_step
+    jac = vmap(jacfwd(bicycle_step, argnums=(0, 1)))
+    f = jitted(lambda S, U: (lambda A, B: A.cat(B, dim=2))(*jac(S, U)))
+  elif impl == "pad_outer":
+    if w.extra.get("pad_inner"):   # nested: the outer scope OUTER, the inner one a LOOP (test_native_vmap_pad.py's TestPadOuter)
+      n2 = args_np[1].shape[0]
+      inner = lambda p, B: pad_vmap(lambda q: w.tg(p, q), (0,), AxisType.LOOP, n2)(B)
+      f = pad_vmap(inner, w.in_axes, AxisType.OUTER, n)
+    else: f = pad_vmap(w.tg, w.in_axes, AxisType.OUTER, n)
+  elif impl == "loop":
+    # the examples as separate realized Tensors (as if they came from a list), so every iteration is the same graph: a schedule-cache hit
+    exs = [[tensor(a, j) for j, a in enumerate(ex)] for ex in
+           [(w.loop_examples or (lambda a, i: [x if ax is None else np.array(x[i]) for x, ax in zip(a, w.in_axes)]))(args_np, i) for i in range(n)]]
+    def call_loop():
+      outs = []
+      for ex in exs:
+        o = w.tg(*ex)
+        Tensor.realize(*(o if isinstance(o, tuple) else (o,)))
+        outs.append(o)
+      dev.synchronize()
+      return outs
+    return call_loop
+  else: raise ValueError(impl)
+  return lambda: finish(f(*ts))
+
+def to_numpy(out):
+  import numpy as np
+  return tuple(o.numpy() for o in out) if isinstance(out, tuple) else np.asarray(out.numpy())
+
+def stack_loop(outs):
+  import numpy as np
+  if isinstance(outs[0], tuple): return tuple(np.stack([o[k].numpy() for o in outs]) for k in range(len(outs[0])))
+  return np.stack([o.numpy() for o in outs])
+
+def loop_oracle(w, args_np, n):
+  """the oracle of the first n examples of the loop (for the nested W5, the first n pairs in row-major order)"""
+  import numpy as np
+  want = w.oracle(args_np)
+  if w.extra.get("pad_inner"): return want.reshape(-1)[:n]
+  return tuple(x[:n] for x in want) if isinstance(want, tuple) else want[:n]
+
+def other_impl(w, impl:str, args_np):
+  """call() for numpy, jax and torch rows"""
+  if impl == "numpy":
+    return lambda: w.np_hand(*args_np)
+  if impl in ("jax", "jax_jacfwd"):
+    import jax, jax.numpy as jnp
+    xs = [jax.device_put(a) for a in args_np]
+    if impl == "jax_jacfwd":
+      from workloads import bicycle_step_jax
+      jac = jax.vmap(jax.jacfwd(bicycle_step_jax(jax, jnp), argnums=(0, 1)))
+      f = jax.jit(lambda S, U: jnp.concatenate(jac(S, U), axis=2))
+    else:
+      f1 = w.jax_fn(jax, jnp)
+      f = jax.jit(w.jax_vmap(jax, f1) if w.jax_vmap else jax.vmap(f1, in_axes=w.in_axes))
+    return lambda: jax.block_until_ready(f(*xs))
+  if impl == "torch":
+    import torch
+    torch.set_num_threads(1)
+    xs = [torch.from_numpy(a) for a in args_np]
+    f1 = w.torch_fn(torch)
+    f = w.torch_vmap(torch, f1) if w.torch_vmap else torch.func.vmap(f1, in_dims=w.in_axes)
+    def call():
+      with torch.no_grad() if "requires_grad" not in w.extra else torch.enable_grad(): return f(*xs)
+    return call
+  raise ValueError(impl)
+
+def out_numpy(impl, out):
+  import numpy as np
+  if isinstance(out, tuple): return tuple(out_numpy(impl, o) for o in out)
+  if hasattr(out, "numpy") and not isinstance(out, np.ndarray):
+    return out.detach().numpy() if hasattr(out, "detach") else out.numpy()
+  return np.asarray(out)
+
+def nbytes(x) -> int:
+  if isinstance(x, tuple): return sum(nbytes(o) for o in x)
+  return int(x.nbytes)
+
+def run_row(task:dict) -> dict:
+  import numpy as np
+  from workloads import WORKLOADS
+  w, impl, quick = WORKLOADS[task["workload"]], task["impl"], task["quick"]
+  label, fw = impls_of(w.name)[impl]
+  n = task["n"]
+  row = {"workload": w.name, "impl": impl, "label": label, "framework": fw, "n": n, "quick": quick, "status": "ok"}
+  if impl == "loop": n_run = w.n_loop if not quick else min(w.n_loop, 5)
+  elif impl == "pad_outer": n_run = w.n_pad if not quick else 16
+  else: n_run = n
+  # the loop runs its examples out of the full batch; pad+reduce runs on a batch of its own size
+  rng = np.random.default_rng(task.get("seed", 0))
+  args_np = w.inputs(n if impl == "loop" else n_run, rng)
+  row["n_run"] = n_run
+  if fw == "tinygrad":
+    from tinygrad import GlobalCounters, Tensor
+    import tinygrad.engine.schedule as sched
+    from tinygrad.helpers import CPU_COUNT
+    row["threads"] = f"CPU_COUNT={CPU_COUNT.value}"
+    h = hooks()
+    clear_tinygrad_caches()
+    if impl == "loop":
+      call = tinygrad_impl(w, impl, args_np, n_run)
+      want, getout = loop_oracle(w, args_np, n_run), stack_loop
+    else:
+      call = tinygrad_impl(w, impl, args_np, n_run)
+      want, getout = w.oracle(args_np), to_numpy
+  else:
+    if fw == "jax":
+      import jax
+      row["threads"] = os.environ.get("XLA_FLAGS", "")
+      row["version"] = jax.__version__
+    elif fw == "torch":
+      import torch
+      torch.set_num_threads(1)
+      row["threads"], row["version"] = f"torch.get_num_threads()={torch.get_num_threads()}", torch.__version__
+    else: row["threads"], row["version"] = "single-threaded", np.__version__
+    call = other_impl(w, impl, args_np)
+    want, getout = w.oracle(args_np), (lambda o: out_numpy(impl, o))
+  if impl == "jax_jacfwd" or impl == "vmap_jacfwd_jit": want = w.oracle(args_np)
+
+  # first call: cold (a fresh process in the full run), with its parts for tinygrad rows
+  if fw == "tinygrad": h.reset(); k0 = GlobalCounters.kernel_count
+  st = time.perf_counter()
+  try: out = call()
+  except Exception as e:
+    if impl == "pad_outer":
+      row["status"] = f"fails: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+      return row
+    raise
+  row["first_ms"] = (time.perf_counter() - st) * 1e3
+  if fw == "tinygrad":
+    row["first"] = h.snapshot()
+    row["first"]["kernels"] = GlobalCounters.kernel_count - k0
+  check(getout(out), want, f"{w.name} {label}")
+
+  # steady state: warm-up (TinyJit captures on the 2nd call), then the median of `repeats`
+  warmup, repeats = task["warmup"], task["repeats"]
+  if impl in ("loop", "pad_outer"): warmup, repeats = min(warmup, 1), (max(1, repeats // 3) if not quick else 1)
+  for _ in range(warmup): out = call()
+  times, kernels, hm = [], [], []
+  for _ in range(repeats):
+    if fw == "tinygrad": h.reset(); k0 = GlobalCounters.kernel_count
+    st = time.perf_counter()
+    out = call()
+    times.append(time.perf_counter() - st)
+    if fw == "tinygrad":
+      kernels.append(GlobalCounters.kernel_count - k0)
+      hm.append(h.snapshot())
+  check(getout(out), want, f"{w.name} {label} (steady state)")
+  row["times_ms"] = [t * 1e3 for t in times]
+  row["ms"] = median(times) * 1e3
+  ex_run = w.n_examples(args_np) if impl != "loop" else n_run
+  row["examples_run"] = ex_run
+  if impl in ("loop", "pad_outer"):
+    full = w.n_examples(w.inputs(n, np.random.default_rng(0))) if impl == "pad_outer" else w.n_examples(args_np)
+    row["per_example_ms"] = row["ms"] / ex_run
+    row["extrapolated_ms"] = row["per_example_ms"] * full
+  if fw == "tinygrad":
+    row["kernels"] = kernels[-1]
+    row["sched_steady"] = {"hits": hm[-1]["sched_hits"], "misses": hm[-1]["sched_misses"], "schedule_ms": median([x["schedule_ms"] for x in hm])}
+    if impl == "vmap":
+      # the kernels of the one-example function: what vmap's kernels per call should equal
+      ex = [x if ax is None else x[0] for x, ax in zip(args_np, w.in_axes)] if not w.extra.get("pad_inner") else [args_np[0][0], args_np[1][0]]
+      grad = w.extra.get("requires_grad", ())
+      k0 = GlobalCounters.kernel_count
+      o = w.tg(*[Tensor(np.array(x), requires_grad=True if i in grad else None).realize() for i, x in enumerate(ex)])
+      k1 = GlobalCounters.kernel_count
+      Tensor.realize(*(o if isinstance(o, tuple) else (o,)))
+      row["kernels_one_example"] = GlobalCounters.kernel_count - k1
+  if impl not in ("loop", "pad_outer"):
+    row["bytes"] = sum(a.nbytes for a in args_np) + nbytes(getout(out) if fw != "numpy" else out)
+    row["gbps"] = row["bytes"] / (row["ms"] * 1e-3) / 1e9
+  return row
+
+def run_scale(task:dict) -> list[dict]:
+  """time per call and schedule time against N for one (workload, implementation), in one process: each new N is a new shape, so its
+  first call is a schedule-cache miss and a fresh compile"""
+  import numpy as np
+  from workloads import WORKLOADS
+  w, impl = WORKLOADS[task["workload"]], task["impl"]
+  label, fw = impls_of(w.name)[impl]
+  rows = []
+  for n in task["ns"]:
+    args_np = w.inputs(n, np.random.default_rng(n))
+    if fw == "tinygrad":
+      from tinygrad import GlobalCounters
+      h = hooks()
+      call = tinygrad_impl(w, impl, args_np, n)
+      getout = to_numpy
+      h.reset()
+    else:
+      call, getout = other_impl(w, impl, args_np), (lambda o: out_numpy(impl, o))
+    st = time.perf_counter()
+    out = call()
+    first = (time.perf_counter() - st) * 1e3
+    row = {"workload": w.name, "impl": impl, "label": label, "n": n, "first_ms": first}
+    if fw == "tinygrad": row["first"] = h.snapshot()
+    check(getout(out), w.oracle(args_np), f"{w.name} {label} N={n}")
+    for _ in range(task["warmup"]): call()
+    times, sched = [], []
+    for _ in range(task["repeats"] if n < 10**6 else max(3, task["repeats"] // 2)):
+      if fw == "tinygrad": h.reset()
+      st = time.perf_counter()
+      call()
+      times.append(time.perf_counter() - st)
+      if fw == "tinygrad": sched.append(h.schedule_s * 1e3)
+    row["ms"] = median(times) * 1e3
+    if fw == "tinygrad": row["steady_schedule_ms"] = median(sched)
+    rows.append(row)
+    del args_np, call, out
+  return rows
+
+def machine_copy_bandwidth() -> float:
+  """numpy copy of a 256 MB float32 array, GB/s counting bytes read + bytes written (the convention of the table's GB/s)"""
+  import numpy as np
+  a = np.ones(64 * 2**20, np.float32)
+  b = np.empty_like(a)
+  ts = []
+  for _ in range(7):
+    st = time.perf_counter(); np.copyto(b, a); ts.append(time.perf_counter() - st)
+  return 2 * a.nbytes / median(ts[1:]) / 1e9
+
+def worker(tasks:list[dict]):
+  for task in tasks:
+    try:
+      if task["kind"] == "row": res = run_row(task)
+      elif task["kind"] == "scale": res = run_scale(task)
+      elif task["kind"] == "bandwidth": res = {"copy_gbps": machine_copy_bandwidth()}
+      else: raise ValueError(task["kind"])
+      print("@@RESULT " + json.dumps({"task": task, "result": res}), flush=True)
+    except Mismatch as e:
+      print("@@RESULT " + json.dumps({"task": task, "wrong": str(e)}), flush=True)
+    except Exception as e:
+      print("@@RESULT " + json.dumps({"task": task, "error": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()}), flush=True)
+
+# ================================================================ the kernel source of vmap vs hand-batched (DEBUG=4's kernels)
+
+def show_source(wname:str, n:int|None, impls:list[str]):
+  import numpy as np
+  from tinygrad import Tensor, vmap
+  from workloads import WORKLOADS
+  w = WORKLOADS[wname]
+  args_np = w.inputs(n or w.n, np.random.default_rng(0))
+  grad = w.extra.get("requires_grad", ())
+  ts = [Tensor(a, requires_grad=True if i in grad else None).realize() for i, a in enumerate(args_np)]
+  for impl in impls:
+    f = {"vmap": w.tg_vmap(vmap, w.tg), "hand": w.tg_hand}[impl]
+    out = f(*ts)
+    outs = out if isinstance(out, tuple) else (out,)
+    sched = outs[0].schedule(*outs[1:])
+    print(f"=================== {wname} {impl}: {len(sched)} kernel(s)")
+    for ei in sched:
+      ei.lower()
+      p = ei.prg.p
+      print(f"----- {p.name}  global_size={p.global_size} local_size={p.local_size} opts={p.applied_opts}")
+      print(p.src)
+
+# ================================================================ the orchestrator
+
+def have(mod:str) -> bool: return importlib.util.find_spec(mod) is not None
+
+def versions() -> dict:
+  v = {"python": platform.python_version()}
+  for m in ("numpy", "jax", "jaxlib", "torch", "matplotlib"):
+    if have(m):
+      try:
+        from importlib.metadata import version
+        v[m] = version(m)
+      except Exception: v[m] = "?"
+  v["tinygrad"] = next((l.split("=", 1)[1].strip().strip('"') for l in (ROOT/"pyproject.toml").read_text().splitlines()
+                        if l.startswith("version")), "?")
+  try: v["clang"] = subprocess.run(["clang", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+  except Exception: v["clang"] = "?"
+  try: v["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+  except Exception: pass
+  return v
+
+def machine() -> dict:
+  m = {"platform": platform.platform(), "cores": os.cpu_count()}
+  try:
+    cpu = [l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name")]
+    m["cpu"] = cpu[0].split(":", 1)[1].strip() if cpu else platform.processor()
+    flags = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")), "")
+    m["simd"] = " ".join(f for f in ("avx2", "fma", "avx512f") if f" {f}" in flags)
+  except Exception: m["cpu"] = platform.processor()
+  try: m["load_avg"] = os.getloadavg()
+  except Exception: pass
+  return m
+
+def spawn(tasks:list[dict], timeout:float) -> list[dict]:
+  env = {**os.environ, **THREAD_ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCH)] + ([os.environ["PYTHONPATH"]]
+                                                                       if os.environ.get("PYTHONPATH") else []))}
+  for k in ("DEBUG", "BEAM", "NOOPT", "JIT"): env.pop(k, None)
+  try:
+    p = subprocess.run([sys.executable, str(BENCH/"run.py"), "--worker", json.dumps(tasks)], env=env, capture_output=True, text=True,
+                       timeout=timeout, cwd=ROOT)
+    out, err, rc = p.stdout, p.stderr, p.returncode
+  except subprocess.TimeoutExpired as e:
+    out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+    err, rc = f"timed out after {timeout:.0f} s", "timeout"
+  res = [json.loads(l[len("@@RESULT "):]) for l in out.splitlines() if l.startswith("@@RESULT ")]
+  done = {json.dumps(r["task"], sort_keys=True) for r in res}
+  for t in tasks:
+    if json.dumps(t, sort_keys=True) not in done:
+      res.append({"task": t, "error": f"worker died (exit {rc}): {err.strip().splitlines()[-1] if err.strip() else ''}", "tb": err[-3000:]})
+  return res
+
+def fmt(x, nd=2):
+  if x is None: return "-"
+  if x >= 100: return f"{x:.0f}"
+  if x >= 10: return f"{x:.1f}"
+  return f"{x:.{nd}f}"
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--quick", action="store_true", default=bool(int(os.environ.get("QUICK", "0") or 0)))
+  ap.add_argument("--only", default="", help="comma-separated workloads (W1,...)")
+  ap.add_argument("--impls", default="", help="comma-separated implementations: " + ",".join(IMPLS))
+  ap.add_argument("--no-scaling", action="store_true")
+  ap.add_argument("--repeats", type=int, default=None)
+  ap.add_argument("--source", default=None, help="print the kernel source of vmap and hand-batched tinygrad for this workload")
+  ap.add_argument("--n", type=int, default=None, help="batch size for --source")
+  ap.add_argument("--write", action="store_true", help="write bench/RESULTS.md, results.json and docs/bench.png (default: full runs of everything)")
+  ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+  a = ap.parse_args()
+  if a.worker is not None: return worker(json.loads(a.worker))
+  if a.source:
+    for k, v in THREAD_ENV.items(): os.environ.setdefault(k, v)
+    return show_source(a.source, a.n, ["vmap", "hand"])
+
+  from workloads import WORKLOADS
+  quick = a.quick
+  wls = [x for x in (a.only.split(",") if a.only else WORKLOADS)]
+  sel = set(a.impls.split(",")) if a.impls else None
+  repeats, warmup = (a.repeats or (2 if quick else 9)), (1 if quick else 3)
+  available = {"tinygrad": True, "numpy": True, "jax": have("jax"), "torch": have("torch")}
+  t_start = time.perf_counter()
+  print(f"vmap benchmark ({'QUICK smoke run' if quick else 'full run'}): workloads {', '.join(wls)}; every framework on one thread", flush=True)
+  for fw in ("jax", "torch"):
+    if not available[fw]: print(f"  skipping the {fw} rows: {fw} is not installed (pip install -e '.[bench]' or pip install {fw})")
+
+  row_tasks, skipped = [], []
+  for wn in wls:
+    w = WORKLOADS[wn]
+    for impl, (label, fw) in impls_of(wn).items():
+      if sel and impl not in sel: continue
+      if not available[fw]:
+        skipped.append({"workload": wn, "impl": impl, "label": label, "framework": fw, "n": w.size(quick),
+                        "status": f"skipped: {fw} is not installed"})
+        continue
+      row_tasks.append({"kind": "row", "workload": wn, "impl": impl, "n": w.size(quick), "quick": quick, "repeats": repeats,
+                        "warmup": warmup})
+  scale_tasks = []
+  if not a.no_scaling:
+    for wn, impls in SCALING.items():
+      if wn not in wls: continue
+      for impl in impls:
+        if (sel and impl not in sel) or not available[impls_of(wn)[impl][1]]: continue
+        scale_tasks.append({"kind": "scale", "workload": wn, "impl": impl, "ns": SCALING_N_QUICK if quick else SCALING_N,
+                            "repeats": repeats if quick else 7, "warmup": warmup, "quick": quick})
+
+  # group the tasks into worker processes: the full run gives every row a fresh process (a cold first call); quick, one per framework
+  groups: list[list[dict]] = [[{"kind": "bandwidth"}]] if not quick else []
+  if quick:
+    by_fw: dict[str, list[dict]] = {}
+    for t in row_tasks + scale_tasks: by_fw.setdefault(impls_of(t["workload"])[t["impl"]][1], []).append(t)
+    groups += list(by_fw.values())
+    if groups and "numpy" in by_fw:   # numpy rows ride along with tinygrad's process: one interpreter start less
+      groups = [g for g in groups if g is not by_fw["numpy"]]
+      groups[0] = by_fw["numpy"] + groups[0] if "tinygrad" in by_fw else groups[0]
+      if "tinygrad" not in by_fw: groups.append(by_fw["numpy"])
+  else:
+    groups += [[t] for t in row_tasks] + [[t] for t in scale_tasks]
+
+  results, rows, scale_rows, wrong, errors, bw = [], [], [], [], [], None
+  for g in groups:
+    for r in spawn(g, timeout=120 if quick else 1800):
+      t = r["task"]
+      if "wrong" in r: wrong.append(r["wrong"]); print(f"  WRONG {r['wrong']}", flush=True)
+      elif "error" in r:
+        errors.append(f"{t.get('workload', '')} {t.get('impl', t['kind'])}: {r['error']}")
+        print(f"  ERROR {errors[-1]}\n{r.get('tb', '')}", flush=True)
+      elif t["kind"] == "bandwidth": bw = r["result"]["copy_gbps"]
+      elif t["kind"] == "scale":
+        scale_rows += r["result"]
+        for s in r["result"]: print(f"  scaling {s['workload']} {s['label']:34s} N={s['n']:>8d} {fmt(s['ms']):>8s} ms/call", flush=True)
+      else:
+        rows.append(r["result"])
+        x = r["result"]
+        shown = f"{fmt(x.get('ms'))} ms" + (f" (at N={x['n_run']}; {fmt(x['extrapolated_ms'])} ms extrapolated)" if "extrapolated_ms" in x else "")
+        print(f"  {x['workload']} {x['label']:40s} {x['status'] if x['status'] != 'ok' else shown}", flush=True)
+  rows += skipped
+  for s in skipped: print(f"  {s['workload']} {s['label']:40s} {s['status']}")
+
+  missing = [f"{wn} {impl}" for wn in wls for impl in impls_of(wn) if (not sel or impl in sel) and
+             not any(r["workload"] == wn and r["impl"] == impl for r in rows)]
+  print()
+  print(render_table(rows, bw))
+  if scale_rows: print(render_scaling(scale_rows))
+  elapsed = time.perf_counter() - t_start
+  print(f"workloads: {', '.join(wls)}; {len(rows)} rows ({len(skipped)} skipped); {elapsed:.1f} s")
+
+  write = a.write or (not quick and not a.only and not a.impls and not a.no_scaling)
+  if write:
+    data = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(), "versions": versions(),
+            "thread_env": THREAD_ENV, "copy_gbps": bw, "rows": rows, "scaling": scale_rows, "errors": errors, "wrong": wrong}
+    (BENCH/"results.json").write_text(json.dumps(data, indent=1))
+    write_results(data)
+    plot(scale_rows)
+    print(f"wrote {BENCH/'RESULTS.md'}, {BENCH/'results.json'}, {ROOT/'docs'/'bench.png'}")
+  if wrong or errors or missing:
+    if missing: print("rows that produced nothing: " + ", ".join(missing))
+    print(f"FAIL: {len(wrong)} wrong output(s), {len(errors)} crashed row(s)")
+    sys.exit(1)
+  print("PASS: every row ran" + (" (or was skipped, with the reason)" if skipped else "") + " and every output matches numpy")
+
+# ================================================================ output
+
+def _ratio(x, base):
+  return f"{x / base:.2f}x" if x is not None and base else "-"
+
+def row_time(r):
+  """the time of a call at the workload's N: measured, or extrapolated for the loop and pad+reduce rows"""
+  return r.get("extrapolated_ms", r.get("ms"))
+
+def render_table(rows:list[dict], bw:float|None) -> str:
+  by = {(r["workload"], r["impl"]): r for r in rows}
+  from workloads import WORKLOADS
+  out = ["| workload | implementation | N | ms / call | first call ms | kernels / call (1 example) | schedule cache first; steady | GB/s | "
+         "÷ tinygrad hand | ÷ JAX | status |", "|" + " --- |" * 11]
+  order = list(IMPLS) + [k for e in EXTRA_IMPLS.values() for k in e]
+  for wn in dict.fromkeys(r["workload"] for r in rows):
+    w = WORKLOADS[wn]
+    for impl in order:
+      r = by.get((wn, impl))
+      if r is None: continue
+      t = row_time(r)
+      base = by.get((wn, "hand" if impl in ("vmap", "hand") else "hand_jit"), {})
+      jax_ = by.get((wn, "jax"), {})
+      if r["status"] != "ok":
+        out.append(f"| {wn} | {r['label']} | {r['n']} | - | - | - | - | - | - | - | {r['status']} |"); continue
+      ms = fmt(r.get("ms")) if "extrapolated_ms" not in r else \
+        f"{fmt(r['extrapolated_ms'])} (extrapolated: {fmt(r['per_example_ms'], 3)} ms/example at N={r['n_run']})"
+      k = "-"
+      if "kernels" in r:
+        k = str(r["kernels"]) + (f" ({r['kernels_one_example']})" if "kernels_one_example" in r else "")
+      sc = "-"
+      if r["framework"] == "tinygrad":
+        f, s = r.get("first", {}), r.get("sched_steady", {})
+        sc = f"{f.get('sched_misses', 0)} miss/{f.get('sched_hits', 0)} hit; " + \
+          ("jit replay" if s.get("hits", 0) + s.get("misses", 0) == 0 else f"{s['misses']} miss/{s['hits']} hit")
+      gb = "-" if "gbps" not in r else (f"{r['gbps']:.2f}" + (f" ({100 * r['gbps'] / bw:.0f}% of copy)" if bw and w.memory_bound else ""))
+      out.append(f"| {wn} | {r['label']} | {r['n']} | {ms} | {fmt(r.get('first_ms'))} | {k} | {sc} | {gb} | "
+                 f"{_ratio(t, row_time(base) if base.get('status') == 'ok' else None)} | "
+                 f"{_ratio(t, row_time(jax_) if jax_.get('status') == 'ok' else None)} | {r['status']} |")
+  return "\n".join(out)
+
+def render_scaling(srows:list[dict]) -> str:
+  out = ["| workload | implementation | N | ms / call | first call ms | first-call schedule ms (miss) | first-call codegen+compile ms | "
+         "steady schedule ms (hit) |", "|" + " --- |" * 8]
+  for r in sorted(srows, key=lambda r: (r["workload"], list(IMPLS).index(r["impl"]), r["n"])):
+    f = r.get("first", {})
+    out.append(f"| {r['workload']} | {r['label']} | {r['n']:,} | {fmt(r['ms'], 3)} | {fmt(r['first_ms'])} | "
+               f"{fmt(f.get('schedule_ms'))} | {fmt(f.get('codegen_compile_ms'))} | {fmt(r.get('steady_schedule_ms'), 3)} |")
+  return "\n".join(out)
+
+def write_results(d:dict):
+  m, v = d["machine"], d["versions"]
+  analysis = (BENCH/"analysis.md").read_text() if (BENCH/"analysis.md").exists() else ""
+  first_parts = ["| workload | implementation | first call ms | schedule ms | codegen+compile ms (clang ms) | kernels |", "|" + " --- |" * 6]
+  for r in d["rows"]:
+    if r.get("framework") == "tinygrad" and r.get("status") == "ok" and "first" in r:
+      f = r["first"]
+      first_parts.append(f"| {r['workload']} | {r['label']} | {fmt(r['first_ms'])} | {fmt(f['schedule_ms'])} | "
+                         f"{fmt(f['codegen_compile_ms'])} ({fmt(f['clang_ms'])}) | {f['kernels']} |")
+  txt = f"""# Benchmark results
+
+Generated by `make bench` (`python bench/run.py`) on {d['date']}; the raw numbers are in `bench/results.json`. The gap analysis below
+the tables is written by hand from `bench/analysis.md`, from the kernel source `python bench/run.py --source W<k>` prints.
+
+**Machine**: {m.get('cpu')} ({m.get('simd', '')}), {m.get('cores')} cores, {m.get('platform')}; load average at the end of the run
+{', '.join(f'{x:.2f}' for x in m.get('load_avg', ()))} (the machine is shared: other jobs run beside the benchmark, so figures carry noise).
+**Versions**: {', '.join(f'{k} {x}' for k, x in v.items())}.
+**Threads**: every framework pinned to one thread, set in each worker's environment before any import:
+`{' '.join(f'{k}={x!r}' if ' ' in x else f'{k}={x}' for k, x in d['thread_env'].items())}`, and `torch.set_num_threads(1)`.
+**Copy bandwidth** of this machine, one thread (numpy copy of 256 MB, bytes read + written): **{fmt(d['copy_gbps'])} GB/s**.
+
+## The table
+
+Each row runs in a fresh worker process. *ms / call*: median of 9 calls after 3 warm-up calls (TinyJit captures on the 2nd), the tinygrad
+device synchronized before the clock stops (`.block_until_ready()` for JAX). *First call*: the first call in that fresh process, inputs
+already on the device: graph building, scheduling, codegen and clang (the compile cache is off, `CCACHE=0`) and the run; for JAX, trace
+and XLA compile and the run. *Kernels / call*: kernels one steady call runs, and in parentheses the kernels of the per-example function
+run on ONE example (the number vmap should match). *Schedule cache*: misses and hits on the first call; on a steady call (a TinyJit replay
+doesn't schedule). *GB/s*: (input bytes + output bytes) / time; the % of the copy bandwidth is shown for the memory-bound workloads.
+*÷ tinygrad hand*: eager rows against hand-batched eager, every other row against hand-batched TinyJit. The Python loop and pad+reduce
+rows run a few examples (the loop: separate realized per-example Tensors, so each iteration is a schedule-cache hit) and are extrapolated
+linearly to N; pad+reduce's cost grows as N^2 (N kernels, each writing N slots), so its extrapolation is a lower bound.
+
+{render_table(d['rows'], d['copy_gbps'])}
+
+Workloads: {'; '.join(f'**{w}** {t}' for w, t in _titles().items())}.
+
+### Where a tinygrad first call goes
+
+{chr(10).join(first_parts)}
+
+## Scaling with N
+
+One process per (workload, implementation), N from 10^2 to 10^6: each new N is a new shape, so its first call is a schedule-cache miss
+and a fresh compile. *ms / call*: median of 7 (3 at 10^6). Schedule and compile should stay flat in N and the run grow linearly;
+`docs/bench.png` plots ms / call against N.
+
+{render_scaling(d['scaling'])}
+
+![time per call against N](../docs/bench.png)
+
+{analysis}
+"""
+  if d["errors"] or d["wrong"]:
+    txt += "\n## Failures of this run\n\n" + "\n".join(f"- {e}" for e in d["wrong"] + d["errors"]) + "\n"
+  (BENCH/"RESULTS.md").write_text(txt)
+
+def _titles() -> dict:
+  from workloads import WORKLOADS
+  return {k: f"{w.title}, N={w.n:,}" for k, w in WORKLOADS.items()}
+
+def plot(srows:list[dict]):
+  if not srows or not have("matplotlib"): return
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  wls = sorted({r["workload"] for r in srows})
+  fig, axes = plt.subplots(1, len(wls), figsize=(6 * len(wls), 4.5), squeeze=False)
+  from workloads import WORKLOADS
+  for ax, wn in zip(axes[0], wls):
+    for impl in IMPLS:
+      pts = sorted((r["n"], r["ms"]) for r in srows if r["workload"] == wn and r["impl"] == impl)
+      if pts: ax.plot(*zip(*pts), marker="o", label=IMPLS[impl][0])
+    ax.set_xscale("log"); ax.set_yscale("log")
+    ax.set_xlabel("N (examples)"); ax.set_ylabel("ms per call (median, one thread)")
+    ax.set_title(f"{wn}: {WORKLOADS[wn].title}", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3); ax.legend(fontsize=8)
+  fig.tight_layout()
+  (ROOT/"docs").mkdir(exist_ok=True)
+  fig.savefig(ROOT/"docs"/"bench.png", dpi=110)
+
+if __name__ == "__main__":
+  main()
