@@ -128,6 +128,18 @@ class TestKernelCounts(VmapTestCase):
     self.assertEqual(kernels(lambda: vmap(jacfwd(f))(Tensor(rand(3, 4)).realize()).realize()),
                      kernels(lambda: vmap(jacfwd(f))(Tensor(rand(40, 4)).realize()).realize()))
 
+  def test_repeat_calls_hit_schedule_cache(self):
+    from tinygrad.engine.schedule import schedule_cache
+    f = lambda x: Tensor.stack(x[0] * x[1].sin(), x[2].exp())
+    for jac in (jacfwd, jacrev):
+      g, added = vmap(jac(f)), []
+      for _ in range(3):
+        x = Tensor(rand(20, 3)).realize()
+        before = len(schedule_cache)
+        g(x).realize()
+        added.append(len(schedule_cache) - before)
+      self.assertEqual(added[1:], [0, 0], jac.__name__)
+
 # *** seed 000: the JVP of a primal with an inner vmap and g * stack(values depending on g), under an outer vmap over basis tangents
 
 def seed_primal(z:Tensor, n:int, reduce:bool, depth:int) -> Tensor:
