@@ -175,6 +175,21 @@ class TestSeed000(VmapTestCase):
     self.assert_close(jac, want)
     self.assert_close(jacfwd(lambda z: seed_primal(z, n, reduce, depth))(z).numpy(), want)
 
+  def test_hand_written_tangent_primal_first(self):
+    # the tangent as an external jvp (the seed's) writes it, the primal factor first in each product: the form that lost the gamma column
+    # when a realized dg's buffer and the index reading it disagreed about their vmap RANGEs (docs/internals.md, "Seed 000")
+    z_np = rand(3)
+    z = Tensor(z_np).realize()
+    x, g = z[:2], z[2:]
+    ri, ro = UOp.range(1, -1, AxisType.LOOP), UOp.range(3, -2, AxisType.LOOP)
+    v = Tensor.eye(3, dtype=dtypes.float64).realize().vmapin(varg(2, {1: ro}))
+    dx, dg = v[:2], v[2:]
+    xv, dxv = x.reshape(2, 1).vmapin(varg(2, {1: ri})), dx.reshape(2, 1).vmapin(varg(2, {1: ri}))
+    stack = lambda t: Tensor.stack(t[0], t[1])
+    y, dy = xv*g, g*dxv + xv*dg
+    dout = stack(y)*dg + g*stack(dy)
+    self.assert_close(dout.vmapout(varg(2, {1: ri})).flatten().vmapout(varg(2, {1: ro})).numpy(), np_seed_jacobian(z_np, 2, False))
+
   def test_minimal(self): self.check()
   def test_stack_of_3(self): self.check(n=3)
   def test_with_reduce(self): self.check(reduce=True)
