@@ -1,0 +1,93 @@
+"""vmap over a batch sharded on several devices (Tensor.shard on the mapped axis): one batched kernel per device over its shard, the
+result sharded on the output's batch axis. Against numpy loops over examples, on CPU:0..CPU:2."""
+import unittest
+import numpy as np
+from tinygrad import Tensor, vmap
+from vmap_oracle import VmapTestCase, rand, np_loop, np_softmax, kernels
+
+def devices(n:int) -> tuple[str, ...]: return tuple(f"CPU:{i}" for i in range(n))
+
+def reduce_index(x, T):
+  """seed 001: a stack of reduces indexed again, realized inside the scope"""
+  return T.stack([x[:2].sum(), x[2:].sum()])[[1, 0, 1]] if T is np else Tensor.stack(x[:2].sum(), x[2:].sum())[[1, 0, 1]]
+
+class TestShardedBatch(VmapTestCase):
+  def sharded(self, fn, nfn=None, shape=(4,), n_dev=2, batch=6, in_axis=0, out_axes=0, weight:np.ndarray|None=None):
+    x = np.moveaxis(rand(batch, *shape), 0, in_axis)
+    devs = devices(n_dev)
+    X = Tensor(x).shard(devs, axis=in_axis)
+    if weight is None:
+      got = vmap(fn, in_axes=in_axis, out_axes=out_axes)(X)
+      want = np_loop(nfn or fn, x, in_axes=in_axis, out_axis=out_axes)
+    else:
+      got = vmap(fn, in_axes=(in_axis, None), out_axes=out_axes)(X, Tensor(weight).to(devs))
+      want = np_loop(nfn or fn, x, weight, in_axes=(in_axis, None), out_axis=out_axes)
+    self.assertEqual(got.device, X.device)
+    self.assert_close(got.numpy(), want)
+
+  def test_elementwise(self): self.sharded(lambda x: x*x - 2*x)
+  def test_three_devices(self): self.sharded(lambda x: (x*2).sum() + x.max(), n_dev=3)
+  def test_mapped_axis_not_first(self): self.sharded(lambda x: x.exp().sum(), nfn=lambda x: np.exp(x).sum(), shape=(3, 4), in_axis=1)
+  def test_out_axis(self): self.sharded(lambda x: x*3, shape=(5,), out_axes=1)
+  def test_where_and_cast(self):
+    self.sharded(lambda x: (x > 0).where(x, -x).cast("float32"), nfn=lambda x: np.abs(x).astype(np.float32), n_dev=3)
+  def test_movement(self): self.sharded(lambda x: x.reshape(2, 3).permute(1, 0).pad(((1, 0), (0, 1))).flip(0)[1:],
+                                        nfn=lambda x: np.flip(np.pad(x.reshape(2, 3).T, ((1, 0), (0, 1))), 0)[1:], shape=(6,))
+  def test_stack(self): self.sharded(lambda x: Tensor.stack(x, x*2), nfn=lambda x: np.stack([x, x*2]))
+  def test_fancy_index(self): self.sharded(lambda x: x[[3, 0, 2]])
+  def test_replicated_weight(self): self.sharded(lambda x, w: (x @ w).relu(), nfn=lambda x, w: np.maximum(x @ w, 0), weight=rand(4, 3))
+  def test_softmax(self): self.sharded(lambda x: x.softmax(), nfn=np_softmax, n_dev=3)
+  def test_reduce_indexed_again(self): self.sharded(lambda x: reduce_index(x, Tensor), nfn=lambda x: reduce_index(x, np))
+
+  def test_nested_over_sharded_outer_batch(self):
+    x = rand(6, 4, 3)
+    got = vmap(vmap(lambda e: e.softmax() * e.sum()))(Tensor(x).shard(devices(3), axis=0)).numpy()
+    self.assert_close(got, np_softmax(x) * x.sum(-1, keepdims=True))
+
+  def test_sharded_and_replicated_mapped_inputs(self):
+    a, b = rand(6, 3), rand(6, 3)
+    devs = devices(2)
+    self.assert_close(vmap(lambda a, b: a*b.sum())(Tensor(a).shard(devs, axis=0), Tensor(b).to(devs)).numpy(), a*b.sum(1, keepdims=True))
+
+  def test_kernels_per_device(self):
+    f = lambda e: (e*e).sum() * e.max()
+    x = rand(6, 4)
+    X1 = Tensor(x).realize()
+    one = kernels(lambda: vmap(f)(X1).realize())
+    for n in (2, 3):
+      Xn = Tensor(x).shard(devices(n), axis=0).realize()
+      self.assertEqual(kernels(lambda: vmap(f)(Xn).realize()), n*one)
+
+class TestShardedGradients(VmapTestCase):
+  def setUp(self):
+    self.devs = devices(3)
+    self.x, self.w = rand(6, 4), rand(4)
+    self.loss = lambda x, w: ((x*w).sum() - 1) ** 2
+
+  def test_per_example_gradients(self):
+    g = vmap(lambda x, w: self.loss(x, w).gradient(w)[0], in_axes=(0, None))(Tensor(self.x).shard(self.devs, axis=0), Tensor(self.w).to(self.devs))
+    self.assert_close(g.numpy(), 2*((self.x @ self.w) - 1)[:, None] * self.x)
+
+  def test_backward_sums_replicated_weight(self):
+    X = Tensor(self.x).shard(self.devs, axis=0).requires_grad_()
+    W = Tensor(self.w).to(self.devs).requires_grad_()
+    vmap(self.loss, in_axes=(0, None))(X, W).sum().backward()
+    r = 2*((self.x @ self.w) - 1)
+    self.assert_close(W.grad.numpy(), (r[:, None] * self.x).sum(0))
+    self.assert_close(X.grad.numpy(), r[:, None] * self.w)
+
+class TestShardedErrors(unittest.TestCase):
+  def test_unsharded_input_mapped_with_sharded_batch(self):
+    x = Tensor(rand(4, 2)).shard(devices(2), axis=0)
+    with self.assertRaisesRegex(RuntimeError, "an input mapped with it is on CPU"): vmap(lambda a, b: a*b)(x, Tensor(rand(4, 2))).realize()
+
+  def test_reduce_over_sharded_axis_inside_scope(self):
+    x = Tensor(rand(6, 4)).shard(devices(2), axis=0)
+    with self.assertRaisesRegex(NotImplementedError, "reduce over a sharded axis inside a vmap scope"): vmap(lambda e: e.sum(), in_axes=1)(x).realize()
+
+  def test_result_sharded_on_two_axes(self):
+    x, y = Tensor(rand(4, 2)).shard(devices(2), axis=0), Tensor(rand(4, 2)).shard(devices(2), axis=1)
+    with self.assertRaisesRegex(NotImplementedError, "sharded on another axis too"): vmap(lambda a, b: a*b)(x, y).realize()
+
+if __name__ == "__main__":
+  unittest.main()
