@@ -6,12 +6,14 @@ torch.func.vmap, every output checked against the numpy oracle (float64).
   python bench/run.py              # the full run: bench/RESULTS.md, bench/results.json, docs/bench.png (make bench)
   python bench/run.py --quick      # smoke run for CI: small N, 2 repeats, every row runs and matches numpy (make bench QUICK=1)
   python bench/run.py --source W1  # the kernel source (what DEBUG=4 prints) of vmap and hand-batched tinygrad for W1, side by side
+  python bench/run.py --source W1 --xla   # the HLO XLA runs for the JAX row, after fusion
   python bench/run.py --only W1,W3 --impls vmap_jit,hand_jit,jax --no-scaling   # a subset, printed, no files written
+  python bench/run.py --render     # RESULTS.md and the plot again from results.json (after editing bench/analysis.md)
 
 Every (workload, implementation) row runs in a worker subprocess whose environment pins every framework to one thread before anything
 is imported (THREAD_ENV). In the full run each row has a fresh process, so its first call is a cold first call: graph building,
 scheduling, codegen and the clang compile (the compile cache is off, CCACHE=0), and the run. `--quick` runs one process per framework
-for speed, so its first calls are only cold for the schedule and method caches. The exit status is nonzero when any output is wrong or a
+for speed and keeps tinygrad's caches across rows, so its first calls aren't cold. The exit status is nonzero when any output is wrong or a
 row that must run crashes; rows of frameworks that aren't installed are skipped with the reason.
 """
 from __future__ import annotations
@@ -37,7 +39,9 @@ IMPLS = {
   "hand":      ("tinygrad hand-batched (eager)", "tinygrad"),
   "hand_jit":  ("tinygrad hand-batched (TinyJit)", "tinygrad"),
   "loop":      ("tinygrad Python loop (extrapolated)", "tinygrad"),
-  "pad_outer": ("upstream pad+reduce, OUTER range", "tinygrad"),
+  "pad_outer": ("pad+reduce, OUTER range (fork)", "tinygrad"),
+  "pad_loop":  ("pad+reduce, LOOP range (fork)", "tinygrad"),
+  "pad_outer_vanilla": ("pad+reduce, OUTER range (vanilla 0.12.0)", "vanilla"),
   "numpy":     ("numpy hand-batched", "numpy"),
   "jax":       ("jax.jit(jax.vmap(f))", "jax"),
   "torch":     ("torch.func.vmap(f)", "torch"),
@@ -90,7 +94,7 @@ class TinygradHooks:
         hooks.schedule_s += time.perf_counter() - st
         if len(sched.schedule_cache) > n: hooks.misses += 1
         else: hooks.hits += 1
-    def get_program(ast, renderer):   # codegen: the kernel AST to C source (get_runner calls it on a method-cache miss)
+    def get_program(ast, renderer):   # codegen and compile: the kernel AST to C source to a binary (get_runner calls it on a miss)
       st = time.perf_counter()
       try: return orig_program(ast, renderer)
       finally: hooks.lower_s += time.perf_counter() - st
@@ -102,9 +106,10 @@ class TinygradHooks:
     tinygrad.engine.realize.get_program = get_program
     Compiler.compile_cached = compile_cached
 
-  def reset(self): self.schedule_s, self.lower_s, self.compile_s, self.hits, self.misses = 0.0, 0.0, 0.0, 0, 0
-  def snapshot(self) -> dict: return {"schedule_ms": self.schedule_s*1e3, "codegen_compile_ms": (self.lower_s+self.compile_s)*1e3,
-                                      "clang_ms": self.compile_s*1e3, "sched_hits": self.hits, "sched_misses": self.misses}
+  def reset(self): self.schedule_s, self.lower_s, self.compile_s, self.build_s, self.hits, self.misses = 0.0, 0.0, 0.0, 0.0, 0, 0
+  def snapshot(self) -> dict: return {"schedule_ms": self.schedule_s*1e3, "codegen_compile_ms": self.lower_s*1e3,
+                                      "clang_ms": self.compile_s*1e3, "build_ms": self.build_s*1e3,
+                                      "sched_hits": self.hits, "sched_misses": self.misses}
 
 _HOOKS: TinygradHooks|None = None
 def hooks() -> TinygradHooks:
@@ -141,9 +146,10 @@ _pad_ids = _pad_id_gen()
 
 def tinygrad_impl(w, impl:str, args_np, n:int):
   """call() runs one call of the implementation to completion and returns its outputs (Tensors)"""
-  from tinygrad import Tensor, TinyJit, Device, vmap, jacfwd
   import numpy as np
+  from tinygrad import Tensor, TinyJit, Device
   from tinygrad.uop.ops import AxisType
+  if impl in ("vmap", "vmap_jit", "vmap_jacfwd_jit"): from tinygrad import vmap, jacfwd   # the other rows also run on vanilla upstream
   dev = Device[Device.DEFAULT]
   grad_args = w.extra.get("requires_grad", ())
   def tensor(a, i): return Tensor(a, requires_grad=True if i in grad_args else None).realize()
@@ -164,12 +170,13 @@ def tinygrad_impl(w, impl:str, args_np, n:int):
     from workloads import bicycle_step
     jac = vmap(jacfwd(bicycle_step, argnums=(0, 1)))
     f = jitted(lambda S, U: (lambda A, B: A.cat(B, dim=2))(*jac(S, U)))
-  elif impl == "pad_outer":
-    if w.extra.get("pad_inner"):   # nested: the outer scope OUTER, the inner one a LOOP (test_native_vmap_pad.py's TestPadOuter)
+  elif impl in ("pad_outer", "pad_loop"):
+    outer = AxisType.OUTER if impl == "pad_outer" else AxisType.LOOP
+    if w.extra.get("pad_inner"):   # nested: the outer scope OUTER (or LOOP), the inner one a LOOP (test_native_vmap_pad.py's TestPadOuter)
       n2 = args_np[1].shape[0]
       inner = lambda p, B: pad_vmap(lambda q: w.tg(p, q), (0,), AxisType.LOOP, n2)(B)
-      f = pad_vmap(inner, w.in_axes, AxisType.OUTER, n)
-    else: f = pad_vmap(w.tg, w.in_axes, AxisType.OUTER, n)
+      f = pad_vmap(inner, w.in_axes, outer, n)
+    else: f = pad_vmap(w.tg, w.in_axes, outer, n)
   elif impl == "loop":
     # the examples as separate realized Tensors (as if they came from a list), so every iteration is the same graph: a schedule-cache hit
     exs = [[tensor(a, j) for j, a in enumerate(ex)] for ex in
@@ -184,7 +191,12 @@ def tinygrad_impl(w, impl:str, args_np, n:int):
       return outs
     return call_loop
   else: raise ValueError(impl)
-  return lambda: finish(f(*ts))
+  def call():
+    st = time.perf_counter()
+    out = f(*ts)   # eager: builds the graph (for vmap: traces fn); TinyJit: the whole replay
+    hooks().build_s += time.perf_counter() - st
+    return finish(out)
+  return call
 
 def to_numpy(out):
   import numpy as np
@@ -246,8 +258,12 @@ def run_row(task:dict) -> dict:
   label, fw = impls_of(w.name)[impl]
   n = task["n"]
   row = {"workload": w.name, "impl": impl, "label": label, "framework": fw, "n": n, "quick": quick, "status": "ok"}
+  if fw == "vanilla":   # upstream 0.12.0 without the fork's patches (the worker's PYTHONPATH points at the pristine tree)
+    import tinygrad
+    row["tinygrad_path"], fw, impl = str(Path(tinygrad.__file__).parent), "tinygrad", "pad_outer"
+    row["framework"] = "tinygrad"
   if impl == "loop": n_run = w.n_loop if not quick else min(w.n_loop, 5)
-  elif impl == "pad_outer": n_run = w.n_pad if not quick else 16
+  elif impl in ("pad_outer", "pad_loop", "pad_outer_vanilla"): n_run = w.n_pad if not quick else 16
   else: n_run = n
   # the loop runs its examples out of the full batch; pad+reduce runs on a batch of its own size
   rng = np.random.default_rng(task.get("seed", 0))
@@ -259,7 +275,7 @@ def run_row(task:dict) -> dict:
     from tinygrad.helpers import CPU_COUNT
     row["threads"] = f"CPU_COUNT={CPU_COUNT.value}"
     h = hooks()
-    clear_tinygrad_caches()
+    if not quick: clear_tinygrad_caches()   # quick shares a process and its compiled kernels across rows: speed over cold first calls
     if impl == "loop":
       call = tinygrad_impl(w, impl, args_np, n_run)
       want, getout = loop_oracle(w, args_np, n_run), stack_loop
@@ -285,7 +301,7 @@ def run_row(task:dict) -> dict:
   st = time.perf_counter()
   try: out = call()
   except Exception as e:
-    if impl == "pad_outer":
+    if impl in ("pad_outer", "pad_loop"):
       row["status"] = f"fails: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
       return row
     raise
@@ -293,11 +309,15 @@ def run_row(task:dict) -> dict:
   if fw == "tinygrad":
     row["first"] = h.snapshot()
     row["first"]["kernels"] = GlobalCounters.kernel_count - k0
-  check(getout(out), want, f"{w.name} {label}")
+  try: check(getout(out), want, f"{w.name} {label}")
+  except Mismatch as e:
+    if "tinygrad_path" not in row: raise
+    row["status"] = f"wrong answer (upstream's bug, not a failure of this run): {e}"
+    return row
 
   # steady state: warm-up (TinyJit captures on the 2nd call), then the median of `repeats`
   warmup, repeats = task["warmup"], task["repeats"]
-  if impl in ("loop", "pad_outer"): warmup, repeats = min(warmup, 1), (max(1, repeats // 3) if not quick else 1)
+  if impl in ("loop", "pad_outer", "pad_loop"): warmup, repeats = min(warmup, 1), (max(1, repeats // 3) if not quick else 1)
   for _ in range(warmup): out = call()
   times, kernels, hm = [], [], []
   for _ in range(repeats):
@@ -310,16 +330,17 @@ def run_row(task:dict) -> dict:
       hm.append(h.snapshot())
   check(getout(out), want, f"{w.name} {label} (steady state)")
   row["times_ms"] = [t * 1e3 for t in times]
-  row["ms"] = median(times) * 1e3
+  row["ms"], row["min_ms"] = median(times) * 1e3, min(times) * 1e3
   ex_run = w.n_examples(args_np) if impl != "loop" else n_run
   row["examples_run"] = ex_run
-  if impl in ("loop", "pad_outer"):
-    full = w.n_examples(w.inputs(n, np.random.default_rng(0))) if impl == "pad_outer" else w.n_examples(args_np)
+  if impl in ("loop", "pad_outer", "pad_loop"):
+    full = w.n_examples(w.inputs(n, np.random.default_rng(0))) if impl != "loop" else w.n_examples(args_np)
     row["per_example_ms"] = row["ms"] / ex_run
     row["extrapolated_ms"] = row["per_example_ms"] * full
   if fw == "tinygrad":
     row["kernels"] = kernels[-1]
-    row["sched_steady"] = {"hits": hm[-1]["sched_hits"], "misses": hm[-1]["sched_misses"], "schedule_ms": median([x["schedule_ms"] for x in hm])}
+    row["sched_steady"] = {"hits": hm[-1]["sched_hits"], "misses": hm[-1]["sched_misses"], "schedule_ms": median([x["schedule_ms"] for x in hm]),
+                           "build_ms": median([x["build_ms"] for x in hm])}
     if impl == "vmap":
       # the kernels of the one-example function: what vmap's kernels per call should equal
       ex = [x if ax is None else x[0] for x, ax in zip(args_np, w.in_axes)] if not w.extra.get("pad_inner") else [args_np[0][0], args_np[1][0]]
@@ -329,7 +350,7 @@ def run_row(task:dict) -> dict:
       k1 = GlobalCounters.kernel_count
       Tensor.realize(*(o if isinstance(o, tuple) else (o,)))
       row["kernels_one_example"] = GlobalCounters.kernel_count - k1
-  if impl not in ("loop", "pad_outer"):
+  if impl not in ("loop", "pad_outer", "pad_loop"):
     row["bytes"] = sum(a.nbytes for a in args_np) + nbytes(getout(out) if fw != "numpy" else out)
     row["gbps"] = row["bytes"] / (row["ms"] * 1e-3) / 1e9
   return row
@@ -372,6 +393,24 @@ def run_scale(task:dict) -> list[dict]:
     del args_np, call, out
   return rows
 
+def run_ab(task:dict) -> dict:
+  """vmap against hand-batched tinygrad, eager and TinyJit, calls interleaved in one process (A B A B ...), so load that comes and
+  goes on a shared machine hits both alike: the ratio of the medians is the vmap overhead, robust to the noise the table carries"""
+  import numpy as np
+  from workloads import WORKLOADS
+  w = WORKLOADS[task["workload"]]
+  args_np = w.inputs(task["n"], np.random.default_rng(0))
+  res = {"workload": w.name, "n": task["n"]}
+  for mode in ("", "_jit"):
+    a, b = tinygrad_impl(w, "vmap" + mode, args_np, task["n"]), tinygrad_impl(w, "hand" + mode, args_np, task["n"])
+    for _ in range(task["warmup"]): a(); b()
+    ta, tb = [], []
+    for _ in range(task["repeats"]):
+      for f, ts in ((a, ta), (b, tb)):
+        st = time.perf_counter(); f(); ts.append(time.perf_counter() - st)
+    res["eager" if not mode else "jit"] = {"vmap_ms": median(ta) * 1e3, "hand_ms": median(tb) * 1e3, "ratio": median(ta) / median(tb)}
+  return res
+
 def machine_copy_bandwidth() -> float:
   """numpy copy of a 256 MB float32 array, GB/s counting bytes read + bytes written (the convention of the table's GB/s)"""
   import numpy as np
@@ -388,6 +427,7 @@ def worker(tasks:list[dict]):
       if task["kind"] == "row": res = run_row(task)
       elif task["kind"] == "scale": res = run_scale(task)
       elif task["kind"] == "bandwidth": res = {"copy_gbps": machine_copy_bandwidth()}
+      elif task["kind"] == "ab": res = run_ab(task)
       else: raise ValueError(task["kind"])
       print("@@RESULT " + json.dumps({"task": task, "result": res}), flush=True)
     except Mismatch as e:
@@ -396,6 +436,16 @@ def worker(tasks:list[dict]):
       print("@@RESULT " + json.dumps({"task": task, "error": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()}), flush=True)
 
 # ================================================================ the kernel source of vmap vs hand-batched (DEBUG=4's kernels)
+
+def show_xla(wname:str, n:int|None):
+  """the HLO XLA compiles jax.jit(jax.vmap(f)) to, after its fusion passes: what the JAX row runs"""
+  import numpy as np, jax, jax.numpy as jnp
+  from workloads import WORKLOADS
+  w = WORKLOADS[wname]
+  args_np = w.inputs(n or w.n, np.random.default_rng(0))
+  f1 = w.jax_fn(jax, jnp)
+  f = jax.jit(w.jax_vmap(jax, f1) if w.jax_vmap else jax.vmap(f1, in_axes=w.in_axes))
+  print(f.lower(*args_np).compile().as_text())
 
 def show_source(wname:str, n:int|None, impls:list[str]):
   import numpy as np
@@ -449,9 +499,15 @@ def machine() -> dict:
   except Exception: pass
   return m
 
+def pristine() -> Path|None:
+  """vanilla upstream 0.12.0 as tools/fork.py keeps it (materialized by `make fork`/`make test`), or None"""
+  cache = Path(os.environ.get("FORK_CACHE", ROOT/".cache"/"upstream"))
+  return next((p for p in sorted(cache.glob("pristine-*")) if (p/"tinygrad"/"__init__.py").exists()), None)
+
 def spawn(tasks:list[dict], timeout:float) -> list[dict]:
-  env = {**os.environ, **THREAD_ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCH)] + ([os.environ["PYTHONPATH"]]
-                                                                       if os.environ.get("PYTHONPATH") else []))}
+  vanilla = any(t.get("impl") == "pad_outer_vanilla" for t in tasks)
+  env = {**os.environ, **THREAD_ENV, "PYTHONPATH": os.pathsep.join([str(pristine() if vanilla else ROOT), str(BENCH)] +
+                                                                   ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
   for k in ("DEBUG", "BEAM", "NOOPT", "JIT"): env.pop(k, None)
   try:
     p = subprocess.run([sys.executable, str(BENCH/"run.py"), "--worker", json.dumps(tasks)], env=env, capture_output=True, text=True,
@@ -479,27 +535,38 @@ def main():
   ap.add_argument("--only", default="", help="comma-separated workloads (W1,...)")
   ap.add_argument("--impls", default="", help="comma-separated implementations: " + ",".join(IMPLS))
   ap.add_argument("--no-scaling", action="store_true")
+  ap.add_argument("--without", default="", help="comma-separated frameworks to treat as not installed (jax,torch): the skip path CI takes")
   ap.add_argument("--repeats", type=int, default=None)
   ap.add_argument("--source", default=None, help="print the kernel source of vmap and hand-batched tinygrad for this workload")
   ap.add_argument("--n", type=int, default=None, help="batch size for --source")
+  ap.add_argument("--xla", action="store_true", help="with --source: print the optimized HLO of the JAX row instead")
   ap.add_argument("--write", action="store_true", help="write bench/RESULTS.md, results.json and docs/bench.png (default: full runs of everything)")
+  ap.add_argument("--render", action="store_true", help="rewrite RESULTS.md and docs/bench.png from bench/results.json (after editing analysis.md)")
   ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
   a = ap.parse_args()
   if a.worker is not None: return worker(json.loads(a.worker))
+  if a.render:
+    d = json.loads((BENCH/"results.json").read_text())
+    write_results(d); plot(d["scaling"])
+    return print(f"wrote {BENCH/'RESULTS.md'} and {ROOT/'docs'/'bench.png'} from {BENCH/'results.json'}")
   if a.source:
     for k, v in THREAD_ENV.items(): os.environ.setdefault(k, v)
-    return show_source(a.source, a.n, ["vmap", "hand"])
+    return show_xla(a.source, a.n) if a.xla else show_source(a.source, a.n, ["vmap", "hand"])
 
   from workloads import WORKLOADS
   quick = a.quick
   wls = [x for x in (a.only.split(",") if a.only else WORKLOADS)]
   sel = set(a.impls.split(",")) if a.impls else None
   repeats, warmup = (a.repeats or (2 if quick else 9)), (1 if quick else 3)
-  available = {"tinygrad": True, "numpy": True, "jax": have("jax"), "torch": have("torch")}
+  without = set(filter(None, a.without.split(",")))
+  available = {fw: fw not in without and (fw in ("tinygrad", "numpy") or have(fw)) for fw in ("tinygrad", "numpy", "jax", "torch")}
+  available["vanilla"] = "vanilla" not in without and pristine() is not None
   t_start = time.perf_counter()
   print(f"vmap benchmark ({'QUICK smoke run' if quick else 'full run'}): workloads {', '.join(wls)}; every framework on one thread", flush=True)
   for fw in ("jax", "torch"):
-    if not available[fw]: print(f"  skipping the {fw} rows: {fw} is not installed (pip install -e '.[bench]' or pip install {fw})")
+    if not available[fw]: print(f"  skipping the {fw} rows: {fw} is not installed" +
+                                (" (--without)" if fw in without else f" (pip install $(python tools/fork.py deps bench))"))
+  if not available["vanilla"]: print("  skipping the vanilla 0.12.0 rows: no pristine upstream under .cache/upstream (make fork puts it there)")
 
   row_tasks, skipped = [], []
   for wn in wls:
@@ -508,7 +575,7 @@ def main():
       if sel and impl not in sel: continue
       if not available[fw]:
         skipped.append({"workload": wn, "impl": impl, "label": label, "framework": fw, "n": w.size(quick),
-                        "status": f"skipped: {fw} is not installed"})
+                        "status": f"skipped: {fw} is not installed" if fw != "vanilla" else "skipped: no pristine upstream 0.12.0"})
         continue
       row_tasks.append({"kind": "row", "workload": wn, "impl": impl, "n": w.size(quick), "quick": quick, "repeats": repeats,
                         "warmup": warmup})
@@ -521,11 +588,15 @@ def main():
         scale_tasks.append({"kind": "scale", "workload": wn, "impl": impl, "ns": SCALING_N_QUICK if quick else SCALING_N,
                             "repeats": repeats if quick else 7, "warmup": warmup, "quick": quick})
 
+  ab_tasks = [] if (sel and not {"vmap", "hand"} <= sel) else \
+    [{"kind": "ab", "workload": wn, "n": WORKLOADS[wn].size(quick), "repeats": 3 if quick else 21, "warmup": 1 if quick else 3}
+     for wn in (wls[:1] if quick else wls)]   # quick: one workload exercises the code
+  row_tasks += ab_tasks
   # group the tasks into worker processes: the full run gives every row a fresh process (a cold first call); quick, one per framework
   groups: list[list[dict]] = [[{"kind": "bandwidth"}]] if not quick else []
   if quick:
     by_fw: dict[str, list[dict]] = {}
-    for t in row_tasks + scale_tasks: by_fw.setdefault(impls_of(t["workload"])[t["impl"]][1], []).append(t)
+    for t in row_tasks + scale_tasks: by_fw.setdefault(impls_of(t["workload"])[t["impl"]][1] if "impl" in t else "tinygrad", []).append(t)
     groups += list(by_fw.values())
     if groups and "numpy" in by_fw:   # numpy rows ride along with tinygrad's process: one interpreter start less
       groups = [g for g in groups if g is not by_fw["numpy"]]
@@ -534,7 +605,7 @@ def main():
   else:
     groups += [[t] for t in row_tasks] + [[t] for t in scale_tasks]
 
-  results, rows, scale_rows, wrong, errors, bw = [], [], [], [], [], None
+  results, rows, scale_rows, ab_rows, wrong, errors, bw = [], [], [], [], [], [], None
   for g in groups:
     for r in spawn(g, timeout=120 if quick else 1800):
       t = r["task"]
@@ -543,6 +614,10 @@ def main():
         errors.append(f"{t.get('workload', '')} {t.get('impl', t['kind'])}: {r['error']}")
         print(f"  ERROR {errors[-1]}\n{r.get('tb', '')}", flush=True)
       elif t["kind"] == "bandwidth": bw = r["result"]["copy_gbps"]
+      elif t["kind"] == "ab":
+        ab_rows.append(r["result"])
+        x = r["result"]
+        print(f"  {x['workload']} vmap / hand-batched, interleaved: eager {x['eager']['ratio']:.2f}x, TinyJit {x['jit']['ratio']:.2f}x", flush=True)
       elif t["kind"] == "scale":
         scale_rows += r["result"]
         for s in r["result"]: print(f"  scaling {s['workload']} {s['label']:34s} N={s['n']:>8d} {fmt(s['ms']):>8s} ms/call", flush=True)
@@ -558,6 +633,7 @@ def main():
              not any(r["workload"] == wn and r["impl"] == impl for r in rows)]
   print()
   print(render_table(rows, bw))
+  if ab_rows: print(render_ab(ab_rows))
   if scale_rows: print(render_scaling(scale_rows))
   elapsed = time.perf_counter() - t_start
   print(f"workloads: {', '.join(wls)}; {len(rows)} rows ({len(skipped)} skipped); {elapsed:.1f} s")
@@ -565,7 +641,7 @@ def main():
   write = a.write or (not quick and not a.only and not a.impls and not a.no_scaling)
   if write:
     data = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(), "versions": versions(),
-            "thread_env": THREAD_ENV, "copy_gbps": bw, "rows": rows, "scaling": scale_rows, "errors": errors, "wrong": wrong}
+            "thread_env": THREAD_ENV, "copy_gbps": bw, "rows": rows, "ab": ab_rows, "scaling": scale_rows, "errors": errors, "wrong": wrong}
     (BENCH/"results.json").write_text(json.dumps(data, indent=1))
     write_results(data)
     plot(scale_rows)
@@ -574,7 +650,8 @@ def main():
     if missing: print("rows that produced nothing: " + ", ".join(missing))
     print(f"FAIL: {len(wrong)} wrong output(s), {len(errors)} crashed row(s)")
     sys.exit(1)
-  print("PASS: every row ran" + (" (or was skipped, with the reason)" if skipped else "") + " and every output matches numpy")
+  print("PASS: every row ran" + (" (or was skipped, with the reason)" if skipped else "") + " and every output matches numpy"
+        " (upstream's pad+reduce idiom: its failures are the row's status)")
 
 # ================================================================ output
 
@@ -617,6 +694,14 @@ def render_table(rows:list[dict], bw:float|None) -> str:
                  f"{_ratio(t, row_time(jax_) if jax_.get('status') == 'ok' else None)} | {r['status']} |")
   return "\n".join(out)
 
+def render_ab(ab:list[dict]) -> str:
+  out = ["| workload | N | eager: vmap ms | hand ms | vmap / hand | TinyJit: vmap ms | hand ms | vmap / hand |", "|" + " --- |" * 8]
+  for x in sorted(ab, key=lambda x: x["workload"]):
+    e, j = x["eager"], x["jit"]
+    out.append(f"| {x['workload']} | {x['n']:,} | {fmt(e['vmap_ms'])} | {fmt(e['hand_ms'])} | **{e['ratio']:.2f}x** | {fmt(j['vmap_ms'])} | "
+               f"{fmt(j['hand_ms'])} | **{j['ratio']:.2f}x** |")
+  return "\n".join(out)
+
 def render_scaling(srows:list[dict]) -> str:
   out = ["| workload | implementation | N | ms / call | first call ms | first-call schedule ms (miss) | first-call codegen+compile ms | "
          "steady schedule ms (hit) |", "|" + " --- |" * 8]
@@ -635,6 +720,13 @@ def write_results(d:dict):
       f = r["first"]
       first_parts.append(f"| {r['workload']} | {r['label']} | {fmt(r['first_ms'])} | {fmt(f['schedule_ms'])} | "
                          f"{fmt(f['codegen_compile_ms'])} ({fmt(f['clang_ms'])}) | {f['kernels']} |")
+  eager_parts = ["| workload | implementation | ms / call | build the graph ms | schedule ms (cache hit) | the rest: lower, run, sync ms |",
+                 "|" + " --- |" * 6]
+  for r in d["rows"]:
+    if r.get("impl") in ("vmap", "hand") and r.get("status") == "ok" and "sched_steady" in r:
+      s_ = r["sched_steady"]
+      eager_parts.append(f"| {r['workload']} | {r['label']} | {fmt(r['ms'])} | {fmt(s_['build_ms'])} | {fmt(s_['schedule_ms'])} | "
+                         f"{fmt(r['ms'] - s_['build_ms'] - s_['schedule_ms'])} |")
   txt = f"""# Benchmark results
 
 Generated by `make bench` (`python bench/run.py`) on {d['date']}; the raw numbers are in `bench/results.json`. The gap analysis below
@@ -663,9 +755,23 @@ linearly to N; pad+reduce's cost grows as N^2 (N kernels, each writing N slots),
 
 Workloads: {'; '.join(f'**{w}** {t}' for w, t in _titles().items())}.
 
+### vmap against hand-batched tinygrad, interleaved
+
+The table's rows each run in their own process, minutes apart, so on a shared machine two rows can see different load. Here the vmap
+and the hand-batched call alternate in one process (21 rounds after 3 warm-up rounds; medians): the ratio is vmap's own overhead.
+
+{render_ab(d.get('ab', []))}
+
 ### Where a tinygrad first call goes
 
 {chr(10).join(first_parts)}
+
+### Where a steady eager call goes
+
+Medians over the steady calls: building the graph (the Python function call; for vmap, tracing fn), the schedule (a cache hit: the
+graph is canonicalized and looked up), and the rest (lowering the cached schedule to runners, the kernels, the synchronize).
+
+{chr(10).join(eager_parts)}
 
 ## Scaling with N
 

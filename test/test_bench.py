@@ -1,0 +1,35 @@
+"""The benchmark harness runs: `make bench QUICK=1`'s smoke run (bench/run.py --quick) exits 0, lists every workload, and every output
+matched numpy. Performance is never asserted here: bench/RESULTS.md holds the measurements."""
+import os, subprocess, sys, unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT/"bench"))
+from workloads import WORKLOADS  # noqa: E402
+
+def quick(*args:str) -> subprocess.CompletedProcess:
+  env = {**os.environ, "PYTHONPATH": str(ROOT)}
+  env.pop("DEBUG", None)
+  return subprocess.run([sys.executable, str(ROOT/"bench"/"run.py"), "--quick", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                        timeout=240)
+
+class TestBenchQuick(unittest.TestCase):
+  def test_quick_run(self):
+    # what `make bench QUICK=1` runs: every row of every workload, small N, outputs checked against numpy
+    p = quick()
+    self.assertEqual(p.returncode, 0, p.stdout[-4000:] + p.stderr[-4000:])
+    self.assertIn("PASS: every row ran", p.stdout)
+    for w in WORKLOADS:
+      self.assertRegex(p.stdout, rf"\| {w} \| tinygrad vmap \(eager\) \|.*\| ok \|", f"{w} missing from the table")
+      self.assertRegex(p.stdout, rf"\| {w} \| tinygrad vmap \(TinyJit\) \|.*\| ok \|")
+    self.assertIn("workloads: " + ", ".join(WORKLOADS), p.stdout)
+
+  def test_skips_frameworks_that_are_missing(self):
+    # CI's `make test` installs neither jax nor torch: their rows are skipped with the reason, and the run still passes
+    p = quick("--only", "W1", "--impls", "hand,numpy,jax,torch", "--no-scaling", "--without", "jax,torch")
+    self.assertEqual(p.returncode, 0, p.stdout[-4000:] + p.stderr[-4000:])
+    self.assertIn("skipping the jax rows: jax is not installed", p.stdout)
+    self.assertRegex(p.stdout, r"\| W1 \| torch\.func\.vmap\(f\) \|.*\| skipped: torch is not installed \|")
+
+if __name__ == "__main__":
+  unittest.main()
