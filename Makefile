@@ -3,7 +3,7 @@ PYTHON ?= python3
 FORK := $(PYTHON) tools/fork.py
 PIP := $(PYTHON) -m pip install -q --disable-pip-version-check
 
-.PHONY: fork patches check-patches setup setup-upstream test test-upstream upstream-baseline demo
+.PHONY: fork patches check-patches setup setup-upstream test test-upstream upstream-baseline demo bench
 
 fork:            ## materialize pristine upstream + patches/ into tinygrad/ (FORCE=1 discards edits not exported)
 	$(FORK) fork $(if $(FORCE),--force)
@@ -17,8 +17,16 @@ setup:           ## everything `make test` needs on a fresh machine: clang, the 
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then echo "installing clang with apt-get"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null; \
 	  else echo "clang is missing and I cannot install it (need root and apt-get): install clang, then run make again" >&2; exit 1; fi; }
+	$(if $(CI),@$(MAKE) --no-print-directory setup-viz)
 	$(PIP) $$($(FORK) deps test)
 	$(FORK) fork
+.PHONY: setup-viz
+setup-viz:       ## what test/test_viz.py needs (CI's setup runs it): Debian's chromium via apt-get when root (~80 s), playwright via pip
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then echo "installing chromium with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is missing and I cannot install it (need root and apt-get): test/test_viz.py will be skipped" >&2; fi; }
+	@$(PYTHON) -c "import playwright" 2>/dev/null || $(PIP) playwright
 setup-upstream: setup
 	$(PIP) $$($(FORK) deps test-upstream)
 
@@ -30,3 +38,6 @@ test-upstream: setup-upstream   ## upstream's own suite (the pinned sdist's test
 	cd tools && $(PYTHON) upstream_suite.py check
 upstream-baseline: setup-upstream   ## record vanilla 0.12.0's outcome of the same suite in test/upstream/vanilla.json
 	cd tools && $(PYTHON) upstream_suite.py baseline --runs 2
+bench: setup     ## the benchmark (bench/README.md): bench/RESULTS.md, docs/bench.png; QUICK=1 is CI's smoke run (small N, no jax/torch needed)
+	$(if $(QUICK),,$(PIP) $$($(FORK) deps bench))
+	PYTHONPATH=. $(PYTHON) bench/run.py $(if $(QUICK),--quick)

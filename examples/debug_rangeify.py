@@ -1,27 +1,49 @@
-"""Seed 001's reproduction: a node realized inside a vmap scope must keep the batch axis.
+"""Seeds 001 and 002: a node realized inside a vmap scope must keep the batch axis. DEBUG_RANGEIFY=1 shows which ones and why.
 
   CPU=1 DEBUG_RANGEIFY=1 PYTHONPATH=. python examples/debug_rangeify.py
 
-Inside the scope, Tensor.stack(x[:2].sum(), x[2:].sum()) is indexed again with [[0, 1]], so the scheduler realizes the stacked pair
-into a buffer of its own (the `***` lines in DEBUG_RANGEIFY=1's output). That buffer must hold the pair of every example (batch x 2),
-loaded at the example's slice; if it held one pair, every example would get the last one's values. Prints PASS/FAIL against numpy.
+Both functions make the scheduler realize a node between VMAPIN and VMAPOUT into a buffer of its own (the `***` lines of
+DEBUG_RANGEIFY=1's output). In a graph with a vmap scope every `***` line is followed by a `why:` line: why the node is realized, and
+the buffer it becomes, the scope RANGEs first (`inside scope rm1 -> buffer [rm1][r2] (3x2)`). That buffer must hold every example;
+with one example's worth, every example gets the last one's values (seed 001) or the scope's RANGE is still open at the store and
+no kernel is made of it (seed 002). Each case is checked against a numpy loop; the last line is PASS or FAIL.
 """
 import sys
 import numpy as np
 from tinygrad import Tensor
+from tinygrad.engine.realize import run_schedule
 from tinygrad.vmap import vmap_range, varg
 
-def f(x:Tensor) -> Tensor: return Tensor.stack(x[:2].sum(), x[2:].sum())[[0, 1]]   # one example: x of shape (4,)
+def seed001(x:Tensor) -> Tensor:   # one example: x of shape (4,). the stacked pair is a reduce indexed again: "reduce indexed again"
+  return Tensor.stack(x[:2].sum(), x[2:].sum())[[0, 1]]
 
-X = np.random.default_rng(1).standard_normal((4, 3))   # the batch is axis 1: 3 examples of 4 numbers
-r = vmap_range(3)
-out = f(Tensor(X).vmapin(varg(2, {1: r}))).vmapout(varg(2, {0: r}))
-sched = out.schedule()
-print("buffers per kernel:", [[b.size for b in ei.bufs] for ei in sched])
-from tinygrad.engine.realize import run_schedule
-run_schedule(sched)
-want = np.stack([np.stack([X[:2, i].sum(), X[2:, i].sum()])[[0, 1]] for i in range(3)])
-got = out.numpy()
-print("vmap:\n", got, "\nnumpy loop:\n", want)
-print("PASS" if np.allclose(got, want) else "FAIL: the examples don't match the numpy loop")
-sys.exit(0 if np.allclose(got, want) else 1)
+def seed002(x:Tensor) -> Tensor:   # one example: x of shape (3,). flat is read at two indices: "multi-consumer"
+  v0, v1, v2 = Tensor([1.0, 0.0, 0.0]), Tensor([0.0, 1.0, 0.0]), Tensor([0.0, 0.0, 1.0])
+  flat = Tensor.stack(x * v0, x * v1, x * v2).flatten()
+  return Tensor.stack(flat[0], flat[1])
+
+def run(name:str, f, f_np, X:np.ndarray, axis:int) -> bool:
+  xs = Tensor(X).realize()                        # realized first, so the scheduler's output below is only the scope's graph
+  r = vmap_range(X.shape[axis])                   # in DEBUG_RANGEIFY's output it is rm1: the scheduler sees a graph's vmap RANGEs as rm1, rm2, ...
+  out = f(xs.vmapin(varg(X.ndim, {axis: r})))
+  out = out.vmapout(varg(out.ndim + 1, {0: r}))   # the batch axis comes back as axis 0
+  print(f"--- {name}: {X.shape[axis]} examples", flush=True)
+  sched = out.schedule()
+  print("buffers per kernel:", [[b.size for b in ei.bufs] for ei in sched])
+  run_schedule(sched)
+  want = np.stack([f_np(np.take(X, i, axis=axis)) for i in range(X.shape[axis])])
+  got = out.numpy()
+  print(f"vmap {got.shape} vs a numpy loop {want.shape}: largest difference {np.abs(got - want).max() if got.shape == want.shape else 'n/a'}")
+  print(f"{name}:", "PASS" if (ok:=got.shape == want.shape and np.allclose(got, want)) else "FAIL: the examples don't match the numpy loop")
+  return ok
+
+rng = np.random.default_rng(1)
+# the same functions in numpy, for one example
+def seed001_np(x:np.ndarray) -> np.ndarray: return np.stack([x[:2].sum(), x[2:].sum()])[[0, 1]]
+def seed002_np(x:np.ndarray) -> np.ndarray: return np.stack([x * [1, 0, 0], x * [0, 1, 0], x * [0, 0, 1]]).flatten()[[0, 1]]
+
+rng = np.random.default_rng(1)
+ok = run("seed 001", seed001, seed001_np, rng.standard_normal((4, 3)), axis=1)   # the batch is axis 1: 3 examples of 4 numbers
+ok &= run("seed 002", seed002, seed002_np, rng.standard_normal((10, 3)), axis=0)
+print("PASS" if ok else "FAIL")
+sys.exit(0 if ok else 1)

@@ -65,3 +65,37 @@ class VmapTestCase(unittest.TestCase):
     """bracket(tfn) on the batch equals the numpy loop of nfn (default: tfn, for functions that read the same on Tensor and ndarray)"""
     got = bracket(tfn, *[Tensor(x) for x in xs], in_axes=in_axes, out_axis=out_axis, axis_type=axis_type).numpy()
     self.assert_close(got, np_loop(nfn or tfn, *xs, in_axes=in_axes, out_axis=out_axis), **tol)
+
+# *** oracles of the differential fuzzer (test_vmap_fuzz.py): a vmap of any in_axes/out_axes, softmax on any axis, a numeric Jacobian ***
+
+def np_batch(fn, size:int, in_axes, out_axes=0):
+  """the oracle of vmap(fn, in_axes, out_axes, axis_size=size): fn on each example (np.take of every mapped input), one at a time, each
+  output stacked at its out_axes (an int, None for an output that doesn't depend on the batch, or a tuple with one entry per output)"""
+  def batched(*xs):
+    ia = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,)*len(xs)
+    res = [fn(*[x if a is None else np.take(x, i, axis=a) for x, a in zip(xs, ia)]) for i in range(size)]
+    def stack(outs, a): return outs[0] if a is None else np.stack(outs, axis=a)
+    if isinstance(out_axes, (tuple, list)): return tuple(stack([r[k] for r in res], a) for k, a in enumerate(out_axes))
+    return stack(res, out_axes)
+  return batched
+
+def np_softmax_axis(x:np.ndarray, axis:int) -> np.ndarray:
+  e = np.exp(x - x.max(axis, keepdims=True))
+  return e / e.sum(axis, keepdims=True)
+
+def np_log_softmax(x:np.ndarray, axis:int) -> np.ndarray:
+  m = x - x.max(axis, keepdims=True)
+  return m - np.log(np.exp(m).sum(axis, keepdims=True))
+
+def num_jac(fn, h:float=1e-5):
+  """the Jacobian of fn by float64 central differences in its first argument: shape out.shape + x.shape, as jacfwd"""
+  def jac(x, *rest):
+    x = np.asarray(x, dtype=np.float64)
+    cols = []
+    for i in range(x.size):
+      e = np.zeros(x.size)
+      e[i] = h
+      cols.append((np.asarray(fn(x + e.reshape(x.shape), *rest)) - np.asarray(fn(x - e.reshape(x.shape), *rest))) / (2*h))
+    out_shape = np.asarray(fn(x, *rest)).shape
+    return np.stack(cols, axis=-1).reshape(out_shape + x.shape) if cols else np.zeros(out_shape + x.shape)
+  return jac
