@@ -1,0 +1,32 @@
+"""The batch axis on a GPU-style backend: on tinygrad's PYTHON device (a GPU emulator with global and local sizes) a one-kernel vmap gets
+the batch as parallel axes of its kernel, exactly like the hand-batched expression. `make test` also runs the vmap test files on it."""
+import json, os, subprocess, sys, unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+LAUNCH_DIMS = """
+import json, numpy as np
+from tinygrad import Tensor, vmap
+x = Tensor(np.random.default_rng(0).standard_normal((64, 16)).astype(np.float32)).realize()
+def dims(y):
+  sched = y.schedule()
+  p = sched[-1].lower().prg.p
+  return {"kernels": len(sched), "global": list(p.global_size), "local": list(p.local_size), "loops": p.src.count("for (")}
+print(json.dumps({"vmap": dims(vmap(lambda e: (e*2).sum().exp())(x)), "hand": dims((x*2).sum(1).exp())}))
+"""
+
+class TestGPUStyleBackend(unittest.TestCase):
+  def test_batch_axis_is_parallel(self):
+    r = subprocess.run([sys.executable, "-c", LAUNCH_DIMS], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHON": "1", "PYTHONPATH": str(ROOT)})
+    self.assertEqual(r.returncode, 0, r.stderr)
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    self.assertEqual(got["vmap"], got["hand"])
+    self.assertEqual(got["vmap"]["kernels"], 1)
+    # one workgroup per example (the 16 numbers of an example are its local threads, reduced together), and no loop in the kernel
+    self.assertEqual(got["vmap"]["global"][0], 64)
+    self.assertEqual(got["vmap"]["loops"], 0)
+
+if __name__ == "__main__":
+  unittest.main()
