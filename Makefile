@@ -33,7 +33,7 @@ setup-upstream: setup
 VMAP_TESTS := test/test_vmap.py test/test_vmap_red.py test/test_vmap_api.py test/test_vmap_grad.py test/test_vmap_autodiff.py
 test: setup      ## the project's tests, then the vmap tests on the PYTHON device (a GPU emulator; it has no half on Python < 3.12)
 	$(PYTHON) -m pytest test
-	PYTHON=1 $(PYTHON) -m pytest -q $(VMAP_TESTS) -k "not cast_half"
+	env -u CPU PYTHON=1 $(PYTHON) -m pytest -q $(VMAP_TESTS) -k "not cast_half"
 demo: setup      ## examples/quickstart.py: vmap a per-example function, check it against numpy, show the kernel and kernel counts
 	CPU=1 PYTHONPATH=. $(PYTHON) examples/quickstart.py
 test-upstream: setup-upstream   ## upstream's own suite (the pinned sdist's test/*.py) on the fork; fails only on failures vanilla lacks
