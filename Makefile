@@ -3,7 +3,7 @@ PYTHON ?= python3
 FORK := $(PYTHON) tools/fork.py
 PIP := $(PYTHON) -m pip install -q --disable-pip-version-check
 
-.PHONY: fork patches check-patches setup setup-upstream test test-upstream upstream-baseline demo bench
+.PHONY: fork patches check-patches setup setup-upstream test test-spec test-upstream upstream-baseline demo bench
 
 fork:            ## materialize pristine upstream + patches/ into tinygrad/ (FORCE=1 discards edits not exported)
 	$(FORK) fork $(if $(FORCE),--force)
@@ -34,6 +34,8 @@ VMAP_TESTS := test/test_vmap.py test/test_vmap_red.py test/test_vmap_api.py test
 test: setup      ## the project's tests, then the vmap tests on the PYTHON device (a GPU emulator; it has no half on Python < 3.12)
 	$(PYTHON) -m pytest test
 	env -u CPU PYTHON=1 $(PYTHON) -m pytest -q $(VMAP_TESTS) -k "not cast_half"
+test-spec: setup ## the vmap test files with SPEC=2: every UOp checked against its spec when it is created
+	SPEC=2 $(PYTHON) -m pytest -q $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/test_jvp.py
 demo: setup      ## examples/quickstart.py: vmap a per-example function, check it against numpy, show the kernel and kernel counts
 	CPU=1 PYTHONPATH=. $(PYTHON) examples/quickstart.py
 test-upstream: setup-upstream   ## upstream's own suite (the pinned sdist's test/*.py) on the fork; fails only on failures vanilla lacks
