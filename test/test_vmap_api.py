@@ -75,6 +75,13 @@ class TestInAxes(VmapTestCase):
 
   def test_batch_of_one(self): self.check_vmap(per_row, rand(1, 5))
 
+  def test_very_large_batch_allocates_only_the_output(self):
+    x = Tensor.arange(10**7, dtype="float32").contiguous().realize()
+    before = GlobalCounters.mem_used
+    y = vmap(lambda e: (e*2+1).sqrt() + e)(x).realize()
+    self.assertEqual(GlobalCounters.mem_used - before, y.nbytes())
+    np.testing.assert_allclose(y[[0, 12345, 10**7-1]].numpy(), [np.sqrt(2*v+1) + v for v in (0, 12345, 10**7-1)], rtol=1e-6)
+
 class TestPytrees(VmapTestCase):
   def test_dict_in_axes_per_key(self):
     a, b = rand(5, 3), rand(3, 5)
