@@ -466,7 +466,7 @@ def hyp_check(prog:Prog):
   try: check_prog(prog)
   except Skip: assume(False)
   except Exception:
-    assume(not upstream_fails(prog))   # upstream 0.12.0 bugs (listed in TestFuzzRegressions) are not vmap's to fix
+    assume(not upstream_fails(prog))   # upstream 0.12.0 bugs (listed in docs/internals.md) are not vmap's to fix
     raise
 
 class TestVmapFuzz(unittest.TestCase):
