@@ -7,7 +7,7 @@ machine that has neither (CI). Data is float32 (what a user runs); the oracle ru
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 import numpy as np
 
 @dataclass(frozen=True)
@@ -118,24 +118,18 @@ def w4_np(S, U):
   J[:, 2, 3], J[:, 2, 5] = DT * np.tan(de) / L, DT * v / (L * np.cos(de) ** 2)
   J[:, 3, 4] = DT
   return J
-def w4_jax(jax, jnp):
+def _w4_array(xp):
+  """the per-point Jacobian in an array namespace with stack/sin/cos/tan/zeros_like/ones_like (jax.numpy, torch)"""
   def f(s, u):
     th, v, de = s[2], s[3], u[1]
-    z, o = jnp.zeros_like(th), jnp.ones_like(th)
-    return jnp.stack([jnp.stack([o, z, -DT * v * jnp.sin(th), DT * jnp.cos(th), z, z]),
-                      jnp.stack([z, o, DT * v * jnp.cos(th), DT * jnp.sin(th), z, z]),
-                      jnp.stack([z, z, o, DT * jnp.tan(de) / L, z, DT * v / (L * jnp.cos(de) ** 2)]),
-                      jnp.stack([z, z, z, o, z + DT, z])])
+    z, o = xp.zeros_like(th), xp.ones_like(th)
+    return xp.stack([xp.stack([o, z, -DT * v * xp.sin(th), DT * xp.cos(th), z, z]),
+                     xp.stack([z, o, DT * v * xp.cos(th), DT * xp.sin(th), z, z]),
+                     xp.stack([z, z, o, DT * xp.tan(de) / L, z, DT * v / (L * xp.cos(de) ** 2)]),
+                     xp.stack([z, z, z, o, z + DT, z])])
   return f
-def w4_torch(torch):
-  def f(s, u):
-    th, v, de = s[2], s[3], u[1]
-    z, o = torch.zeros_like(th), torch.ones_like(th)
-    return torch.stack([torch.stack([o, z, -DT * v * torch.sin(th), DT * torch.cos(th), z, z]),
-                        torch.stack([z, o, DT * v * torch.cos(th), DT * torch.sin(th), z, z]),
-                        torch.stack([z, z, o, DT * torch.tan(de) / L, z, DT * v / (L * torch.cos(de) ** 2)]),
-                        torch.stack([z, z, z, o, z + DT, z])])
-  return f
+def w4_jax(jax, jnp): return _w4_array(jnp)
+def w4_torch(torch): return _w4_array(torch)
 def w4_inputs(n, rng): return _f32(rng.standard_normal((n, 4)), rng.uniform(-0.5, 0.5, (n, 2)))
 W4 = Workload(
   "W4", "kinematic bicycle: 4x6 Jacobian of one Euler step per trajectory point (analytic, written per example)",

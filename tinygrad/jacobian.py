@@ -5,10 +5,10 @@ Jacobian is one batched computation (one kernel where fn is one). `jacrev` pulls
 upstream's reverse mode (`Tensor.gradient` with a cotangent), vmapped the same way. `hessian` is `jacfwd(jacrev(fn))`.
 """
 from __future__ import annotations
-from typing import Any, Callable
+from typing import Callable
 from tinygrad.dtype import dtypes
 from tinygrad.tensor import Tensor
-from tinygrad.vmap import vmap, _leaves, _rebuild, _is_node, _children
+from tinygrad.vmap import vmap, _tree_map
 from tinygrad.jvp import jvp
 
 def _argnums(argnums:int|tuple[int, ...], args:tuple, fn:str) -> tuple[int, ...]:
@@ -21,8 +21,7 @@ def _argnums(argnums:int|tuple[int, ...], args:tuple, fn:str) -> tuple[int, ...]
                       (f" of {args[i].dtype}" if isinstance(args[i], Tensor) else ""))
   return tuple(i % len(args) for i in nums)
 
-def _tree_apply(fn:Callable, tree):
-  return _rebuild(tree, [_tree_apply(fn, v) for _,v in _children(tree)]) if _is_node(tree) else fn(tree)
+def _tree_apply(fn:Callable, tree): return _tree_map(lambda leaf, _spec, _path: fn(leaf), tree, None, "", "")
 
 def _with(args:tuple, nums:tuple[int, ...], values) -> list:
   """args with args[nums[k]] replaced by values[k]"""

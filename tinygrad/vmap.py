@@ -5,7 +5,7 @@
 scheduler turns the scope into a loop over the RANGE inside the kernel. `vmap_range` and `varg` are the helpers to build a bracket by hand.
 """
 from __future__ import annotations
-import functools, inspect, itertools, math
+import functools, inspect, itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 from tinygrad.dtype import dtypes
@@ -87,13 +87,12 @@ def _rand_in_scope(shape:tuple[int, ...], **kwargs) -> Tensor|None:
                        "vmap(fn, randomness='same') shares one draw across the batch, randomness='different' draws per example")
   different = [s for s in _scopes if s.randomness == "different"]
   if not different: return None
-  tinygrad.tensor.rand_hook, scopes = None, _scopes[:]
+  tinygrad.tensor.rand_hook = None
   try:
     # the draws of the whole batch, taken outside the scopes, then one example of them inside each scope
     ret = Tensor.rand(*[s.size for s in different], *shape, **kwargs)
   finally: tinygrad.tensor.rand_hook = _rand_in_scope
   for s in different: ret = s.enter(ret, 0)
-  _scopes[:] = scopes
   return ret
 
 # *** vmap ***
