@@ -493,6 +493,85 @@ class within:
     signal.alarm(0)
     signal.signal(signal.SIGALRM, self.prev)
 
+class TestFuzzRegressions(unittest.TestCase):
+  """the fuzzer's failures, minimized by hand, each fixed where it was caused (docs/internals.md has the table)"""
+  # chunked vmap: an OUTER scope whose per-example result folds to a constant. The outer world REDUCE was inlined into its consumer and
+  # stored once (rangeify: an outer world reduce is never inlined); wrong numbers, no error
+  def test_chunked_constant_result(self):
+    np.testing.assert_equal(vmap(lambda r: r*0+1, chunk_size=1)(Tensor(np.random.default_rng(0).standard_normal(4))).numpy(), np.ones(4))
+
+  def test_chunked_const_tensor(self):
+    np.testing.assert_equal(vmap(lambda r: Tensor.ones(2), chunk_size=2)(Tensor.zeros(4)).numpy(), np.ones((4, 2)))
+
+  def test_chunked_softmax_of_one(self):
+    x = np.random.default_rng(0).standard_normal((4, 1))
+    np.testing.assert_allclose(vmap(lambda r: r.softmax(0), chunk_size=2)(Tensor(x)).numpy(), np.ones((4, 1)))
+
+  def test_chunked_nested_unmapped_softmax(self):
+    x = Tensor([[[0.3]]])
+    got = vmap(vmap(lambda: x.softmax(0), in_axes=(), chunk_size=1, axis_size=2), in_axes=(), chunk_size=1, axis_size=2)()
+    np.testing.assert_allclose(got.numpy(), np.ones((2, 2, 1, 1, 1)))
+
+  # scheduling never ended: a buffer inside a scope has the scope's RANGE, and its index can use it too (remove_bufferize substituted
+  # the RANGE with an expression of itself, forever)
+  def test_cat_flip(self):
+    x = np.random.default_rng(0).standard_normal((2, 2, 1))
+    with within(60): got = vmap(lambda e: e.cat(e).flip(0))(Tensor(x)).numpy()
+    np.testing.assert_equal(got, np.concatenate([x, x], 1)[:, ::-1])
+
+  def test_nested_chunked_out_axes_1(self):
+    x = np.random.default_rng(0).standard_normal((2, 2, 4))
+    with within(60): got = vmap(vmap(lambda b: b, out_axes=1, chunk_size=1))(Tensor(x)).numpy()
+    np.testing.assert_equal(got, x.transpose(0, 2, 1))
+
+  def test_nested_chunked_closure_pad(self):
+    x = np.random.default_rng(0).standard_normal(2)
+    with within(60):
+      got = vmap(lambda e: vmap(lambda: e.reshape(1).pad((0, 1)), in_axes=(), out_axes=1, chunk_size=1, axis_size=2)())(Tensor(x)).numpy()
+    np.testing.assert_equal(got, np.stack([np.stack([[v, v], [0, 0]]) for v in x]))
+
+  # a chunk tail, then an int cast: an element the upcast kernel never computes folded to inf, and folding inf's int cast raised
+  # OverflowError (symbolic: a cast of inf or nan to an int is left to run)
+  def test_chunked_tail_softmax_int_cast(self):
+    x = np.random.default_rng(0).standard_normal((3, 2))
+    got = vmap(lambda r: r.softmax(0).cast(dtypes.int32), chunk_size=2)(Tensor(x)).numpy()
+    np.testing.assert_equal(got, np.zeros((3, 2), dtype=np.int32))
+
+  # a REDUCE with no buffer in it (a cumsum of the computed Tensor.eye) inlined at two indexes (cat): two loops over one RANGE in a kernel,
+  # the linearizer asserted. Vanilla 0.12.0 fails the same without vmap; jacfwd's basis is a Tensor.eye (rangeify: each index gets its own
+  # RANGE)
+  def test_vmap_over_eye_cumsum_cat_matmul(self):
+    w = np.random.default_rng(3).standard_normal((1, 4))
+    f = lambda x: Tensor(w) @ x.cumsum(0).cat(x.cumsum(0), dim=-2)
+    got = vmap(lambda d: f(d.reshape(2, 1)))(Tensor.eye(2, dtype=dtypes.float64)).numpy()
+    want = np.stack([w @ np.concatenate([np.cumsum(e.reshape(2, 1), 0)]*2, -2) for e in np.eye(2)])
+    np.testing.assert_allclose(got, want)
+
+  def test_jacfwd_cumsum_cat(self):
+    x, w = np.random.default_rng(4).standard_normal(3), np.random.default_rng(5).standard_normal((2, 6))
+    got = jacfwd(lambda x: Tensor(w) @ x.cumsum(0).cat(x.cumsum(0)))(Tensor(x)).numpy()
+    np.testing.assert_allclose(got, w @ np.concatenate([np.tril(np.ones((3, 3)))]*2))
+
+  # an index that is never valid, cast to a value (jacfwd of a chunked cat+shrink; upstream's stack of an arange): the constant folder
+  # made an int Invalid and failed on it with TypeError (symbolic: such a cast is any value)
+  def test_jacfwd_of_chunked_cat_shrink(self):
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    got = jacfwd(vmap(lambda e: e.cat(e)[5:7], chunk_size=2))(Tensor(x)).numpy()
+    want = np.zeros((3, 2, 3, 4))
+    for b in range(3): want[b, 0, b, 1], want[b, 1, b, 2] = 1, 1
+    np.testing.assert_equal(got, want)
+
+  def test_stack_arange_index(self):
+    x = np.random.default_rng(0).standard_normal(4)
+    v = Tensor(x) * Tensor.arange(4, dtype=dtypes.float64)
+    np.testing.assert_allclose(v.stack(v, dim=-1)[:, 1].numpy(), x * np.arange(4))
+
+  # an unmapped 0-d input (in_axes=None) is a constant, and a constant cast to float16 was not rounded (symbolic: it is, as at run time)
+  def test_unmapped_const_cast_float16(self):
+    c, x = -0.05534959, np.random.default_rng(0).standard_normal(3)
+    got = vmap(lambda r, s: r + s.cast(dtypes.float16).cast(dtypes.float64), in_axes=(0, None))(Tensor(x), Tensor(c, dtype=dtypes.float64))
+    np.testing.assert_equal(got.numpy(), x + np.float64(np.float16(c)))
+
 # *** campaigns: N programs from a seed, every failure kept, shrunk and written to a JSON lines file ***
 
 def failure_kind(prog:Prog) -> str|None:
