@@ -47,7 +47,10 @@ IMPLS = {
   "torch":     ("torch.func.vmap(f)", "torch"),
 }
 # W4 only: the Jacobian from the step function itself, by forward mode
+# W1, W2: the batch sharded over two CPU devices (each one thread), the scale-out path of docs/vmap.md "More than one device"
+SHARDED = {"vmap_jit_2dev": ("tinygrad vmap, batch sharded on CPU:0+CPU:1 (TinyJit)", "tinygrad")}
 EXTRA_IMPLS = {
+  "W1": SHARDED, "W2": SHARDED,
   "W4": {"vmap_jacfwd_jit": ("tinygrad vmap(jacfwd(step)) (TinyJit)", "tinygrad"),
          "jax_jacfwd": ("jax.jit(jax.vmap(jax.jacfwd(step)))", "jax")},
 }
@@ -149,7 +152,8 @@ def tinygrad_impl(w, impl:str, args_np, n:int):
   import numpy as np
   from tinygrad import Tensor, TinyJit, Device
   from tinygrad.uop.ops import AxisType
-  if impl in ("vmap", "vmap_jit", "vmap_jacfwd_jit"): from tinygrad import vmap, jacfwd   # the other rows also run on vanilla upstream
+  from tinygrad.helpers import dedup
+  if impl in ("vmap", "vmap_jit", "vmap_jacfwd_jit", "vmap_jit_2dev"): from tinygrad import vmap, jacfwd   # the others run on vanilla too
   dev = Device[Device.DEFAULT]
   grad_args = w.extra.get("requires_grad", ())
   def tensor(a, i): return Tensor(a, requires_grad=True if i in grad_args else None).realize()
@@ -157,13 +161,17 @@ def tinygrad_impl(w, impl:str, args_np, n:int):
   def finish(out):
     outs = out if isinstance(out, tuple) else (out,)
     Tensor.realize(*outs)
-    dev.synchronize()
+    for d in dedup(d for o in outs for d in (o.device if isinstance(o.device, tuple) else (o.device,))): Device[d].synchronize()
     return out
   def jitted(f):
     j = TinyJit(lambda *a: (lambda o: (Tensor.realize(*o) if isinstance(o, tuple) else o.realize(), o)[1])(f(*a)))
     return lambda *a: j(*a)
   if impl == "vmap": f = w.tg_vmap(vmap, w.tg)
   elif impl == "vmap_jit": f = jitted(w.tg_vmap(vmap, w.tg))
+  elif impl == "vmap_jit_2dev":
+    devs = ("CPU:0", "CPU:1")
+    ts = [t.shard(devs, axis=0).realize() if ax == 0 else t.to(devs).realize() for t, ax in zip(ts, w.in_axes)]
+    f = jitted(w.tg_vmap(vmap, w.tg))
   elif impl == "hand": f = w.tg_hand
   elif impl == "hand_jit": f = jitted(w.tg_hand)
   elif impl == "vmap_jacfwd_jit":
@@ -667,7 +675,7 @@ def render_table(rows:list[dict], bw:float|None) -> str:
   from workloads import WORKLOADS
   out = ["| workload | implementation | N | ms / call | first call ms | kernels / call (1 example) | schedule cache first; steady | GB/s | "
          "÷ tinygrad hand | ÷ JAX | status |", "|" + " --- |" * 11]
-  order = list(IMPLS) + [k for e in EXTRA_IMPLS.values() for k in e]
+  order = list(dict.fromkeys(list(IMPLS) + [k for e in EXTRA_IMPLS.values() for k in e]))
   for wn in dict.fromkeys(r["workload"] for r in rows):
     w = WORKLOADS[wn]
     for impl in order:

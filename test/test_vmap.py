@@ -73,11 +73,14 @@ class Constructs:
   in_axis, axis_type = 0, AxisType.LOOP
   def per_example(self, tfn, shape=(6,), nfn=None, batch=5, **kw):
     self.check(tfn, batched(batch, shape, self.in_axis), nfn=nfn, in_axes=self.in_axis, axis_type=self.axis_type, **kw)
+  def unbatched(self, x) -> Tensor:
+    """a Tensor the per-example function closes over (on the batch's device or devices)"""
+    return Tensor(x)
 
   # 6.1 elementwise, unary, ternary, cast
   def test_mul_unbatched(self):
     w = rand(6)
-    self.per_example(lambda x: x*Tensor(w), nfn=lambda x: x*w)
+    self.per_example(lambda x: x*self.unbatched(w), nfn=lambda x: x*w)
   def test_add_const(self): self.per_example(lambda x: 2*x + 1)
   def test_self_mul(self): self.per_example(lambda x: x*x - x)
   def test_exp2(self): self.per_example(lambda x: x.exp2(), nfn=np.exp2)
@@ -95,10 +98,10 @@ class Constructs:
   def test_sum_plus_max(self): self.per_example(lambda x: (x*2).sum() + x.max())
   def test_matmul_row(self):
     m = rand(6, 4)
-    self.per_example(lambda x: x @ Tensor(m), nfn=lambda x: x @ m)
+    self.per_example(lambda x: x @ self.unbatched(m), nfn=lambda x: x @ m)
   def test_matmul_2d(self):
     m = rand(4, 2)
-    self.per_example(lambda x: x @ Tensor(m), shape=(3, 4), nfn=lambda x: x @ m)
+    self.per_example(lambda x: x @ self.unbatched(m), shape=(3, 4), nfn=lambda x: x @ m)
   def test_dot_self(self): self.per_example(lambda x: x.dot(x), nfn=lambda x: x @ x)
 
   # 6.3 movement
@@ -121,13 +124,13 @@ class Constructs:
     self.per_example(lambda x: Tensor.stack(x[:2].sum(), x[2:].sum()), nfn=lambda x: np.stack([x[:2].sum(), x[2:].sum()]))
   def test_cat_unbatched(self):
     w = rand(3)
-    self.per_example(lambda x: Tensor.cat(x, Tensor(w)), nfn=lambda x: np.concatenate([x, w]))
+    self.per_example(lambda x: Tensor.cat(x, self.unbatched(w)), nfn=lambda x: np.concatenate([x, w]))
 
   # 6.5 indexing
   def test_scalar_index(self): self.per_example(lambda x: x.flatten()[4] * 2, shape=(2, 3), nfn=lambda x: x.flatten()[4] * 2)
   def test_slice(self): self.per_example(lambda x: x[:3])
   def test_fancy_index_list(self): self.per_example(lambda x: x[[0, 3, 1]])
-  def test_fancy_index_tensor(self): self.per_example(lambda x: x[Tensor([4, 0, 2])], nfn=lambda x: x[[4, 0, 2]])
+  def test_fancy_index_tensor(self): self.per_example(lambda x: x[self.unbatched([4, 0, 2])], nfn=lambda x: x[[4, 0, 2]])
   def test_multi_scalar_stack(self):
     self.per_example(lambda x: Tensor.stack(x.flatten()[0], x.flatten()[4], x.flatten()[8]), shape=(3, 3),
              nfn=lambda x: np.stack([x.flatten()[0], x.flatten()[4], x.flatten()[8]]))

@@ -572,6 +572,24 @@ class TestFuzzRegressions(unittest.TestCase):
     got = vmap(lambda r, s: r + s.cast(dtypes.float16).cast(dtypes.float64), in_axes=(0, None))(Tensor(x), Tensor(c, dtype=dtypes.float64))
     np.testing.assert_equal(got.numpy(), x + np.float64(np.float16(c)))
 
+  # jacfwd of Tensor indexing: its basis is a Tensor.eye, and indexing an eye with a Tensor never compiled, in vanilla too ("infinite
+  # loop in graph_rewrite": codegen's rule that lifts x+y out of a CMPNE matched its own result)
+  def test_jacfwd_tensor_index_2d(self):
+    x = np.random.default_rng(0).standard_normal((2, 2))
+    np.testing.assert_equal(jacfwd(lambda x: x[Tensor([1, 0])])(Tensor(x)).numpy(), np.eye(4).reshape(2, 2, 2, 2)[[1, 0]])
+
+  def test_tensor_index_of_eye(self):
+    np.testing.assert_equal(Tensor.eye(4).reshape(4, 2, 2)[:, Tensor([0, 1])].numpy(), np.eye(4, dtype=np.float32).reshape(4, 2, 2)[:, [0, 1]])
+
+  # the tangent of a max (split between ties) over a padded axis: a kernel with two sibling REDUCEs whose store codegen cut in two, each
+  # piece with the same REDUCE RANGEs; the linearizer asserted, in vanilla too
+  def test_vmap_jacfwd_log_softmax_of_pad(self):
+    f = lambda x: x.reshape(1, 1).expand(2, 4).pad(((0, 2), (2, 0))).log_softmax(0)
+    def np_f(x): return np_log_softmax(np.pad(np.full((2, 4), x), ((0, 2), (2, 0))), 0)
+    for n in (1, 3):
+      x = np.random.default_rng(n).standard_normal(n)
+      with self.subTest(n=n): np.testing.assert_allclose(vmap(jacfwd(f))(Tensor(x)).numpy(), np.stack([num_jac(np_f)(v) for v in x]), atol=1e-6)
+
 # *** campaigns: N programs from a seed, every failure kept, shrunk and written to a JSON lines file ***
 
 def failure_kind(prog:Prog) -> str|None:

@@ -3,7 +3,8 @@ result sharded on the output's batch axis. Against numpy loops over examples, on
 import unittest
 import numpy as np
 from tinygrad import Tensor, vmap
-from vmap_oracle import VmapTestCase, rand, np_loop, np_softmax, kernels
+from vmap_oracle import VmapTestCase, rand, batched, np_loop, np_softmax, kernels
+from test_vmap import Constructs
 
 def devices(n:int) -> tuple[str, ...]: return tuple(f"CPU:{i}" for i in range(n))
 
@@ -49,6 +50,13 @@ class TestShardedBatch(VmapTestCase):
     devs = devices(2)
     self.assert_close(vmap(lambda a, b: a*b.sum())(Tensor(a).shard(devs, axis=0), Tensor(b).to(devs)).numpy(), a*b.sum(1, keepdims=True))
 
+  def test_batch_not_divisible_padded(self):
+    # docs/vmap.md's recipe: shard needs N divisible by the device count, so the batch is padded with examples whose results are dropped
+    for n_dev in (2, 3):
+      x = rand(5, 4)
+      X = Tensor(x).pad(((0, -5 % n_dev), (0, 0))).shard(devices(n_dev), axis=0)
+      with self.subTest(n_dev=n_dev): self.assert_close(vmap(lambda e: e.softmax())(X).to("CPU")[:5].numpy(), np_loop(np_softmax, x))
+
   def test_kernels_per_device(self):
     f = lambda e: (e*e).sum() * e.max()
     x = rand(6, 4)
@@ -57,6 +65,22 @@ class TestShardedBatch(VmapTestCase):
     for n in (2, 3):
       Xn = Tensor(x).shard(devices(n), axis=0).realize()
       self.assertEqual(kernels(lambda: vmap(f)(Xn).realize()), n*one)
+
+class ConstructsSharded(Constructs):
+  """test_vmap.py's Constructs (seed 003 tables 6.1 to 6.6) through vmap on a batch sharded on its mapped axis, closed-over Tensors
+  replicated on the same devices (a Tensor on one device can't meet a sharded one, in hand-batched tinygrad either)"""
+  n_dev = 2
+  def per_example(self, tfn, shape=(6,), nfn=None, batch=6, **kw):
+    x = batched(batch, shape, self.in_axis)
+    X = Tensor(x).shard(devices(self.n_dev), axis=self.in_axis)
+    got = vmap(tfn, in_axes=self.in_axis)(X)
+    self.assertEqual(got.device, X.device)
+    self.assert_close(got.numpy(), np_loop(nfn or tfn, x, in_axes=self.in_axis), **kw)
+  def unbatched(self, x) -> Tensor: return Tensor(x).to(devices(self.n_dev))
+
+class TestConstructsShardedAxis0(ConstructsSharded, VmapTestCase): in_axis = 0
+class TestConstructsShardedMiddleAxis(ConstructsSharded, VmapTestCase): in_axis = 1
+class TestConstructsShardedThreeDevices(ConstructsSharded, VmapTestCase): n_dev = 3
 
 class TestShardedGradients(VmapTestCase):
   def setUp(self):
