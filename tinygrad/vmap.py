@@ -9,7 +9,7 @@ import functools, inspect, itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 from tinygrad.dtype import dtypes
-from tinygrad.uop.ops import UOp, AxisType, sint
+from tinygrad.uop.ops import UOp, Ops, AxisType, sint
 from tinygrad.tensor import Tensor
 import tinygrad.tensor
 
@@ -103,6 +103,13 @@ def _arg_names(fn:Callable) -> Callable[[int], list[str]]:
   except (TypeError, ValueError): params = []
   return lambda n: [f"argument {p.name}" for p in params[:n]] + [f"args[{i}]" for i in range(len(params), n)]
 
+def _check_on_devices(y:Tensor, devices:tuple[str, ...], path:str):
+  """a Tensor on one device used with a sharded batch fails deep in the scheduler: name it here (consts and aranges are fine, buffers not)"""
+  def on_many(u:UOp) -> bool: return u.op in (Ops.MSTACK, Ops.MSELECT) or (u.op is Ops.COPY and isinstance(u.device, tuple))
+  if single:=[u for u in y.uop.toposort(gate=lambda u: not on_many(u)) if u.op in (Ops.BUFFER, Ops.COPY) and isinstance(u.device, str)]:
+    raise ValueError(f"vmap over a batch sharded on {devices}: {path} uses a Tensor on {single[-1].device} of shape {single[-1].shape} "
+                     f"(closed over, or made from data inside the function): put it on the batch's devices with .to({devices}) or .shard")
+
 def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, axis_size:int|None=None, chunk_size:int|None=None,
          randomness:str="error") -> Callable:
   """
@@ -145,12 +152,14 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
                        f"function, but got len(in_axes)={len(in_axes)}, len(args)={len(args)}")
     # normalize every leaf's axis, and collect the sizes of the mapped axes
     sizes: list[tuple[str, int, int]] = []
+    devices: list[tuple[str, str|tuple[str, ...]]] = []
     def leaf_axis(x, axis:int|None, path:str) -> int|None:
       if axis is None or not isinstance(x, Tensor): return None
       if isinstance(axis, bool) or not -x.ndim <= axis < x.ndim:
         raise ValueError(f"vmap was requested to map {path} along axis {axis}, which implies that its rank should be at least "
                          f"{axis+1 if axis >= 0 else -axis}, but is only {x.ndim} (its shape is {x.shape})")
       sizes.append((path, axis % x.ndim, x.shape[axis]))
+      devices.append((path, x.device))
       return axis % x.ndim
     axes = [_tree_map(leaf_axis, a, in_axes[i] if isinstance(in_axes, (tuple, list)) else in_axes, names[i], "in_axes") for i,a in enumerate(args)]
     kwaxes = {k: _tree_map(leaf_axis, v, 0, f"argument {k}", "in_axes") for k,v in kwargs.items()}
@@ -160,6 +169,9 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
     if not sizes and axis_size is None:
       raise ValueError("vmap must have at least one non-None value in in_axes, or an axis_size, to know the batch size")
     n = sizes[0][2] if sizes else axis_size
+    if (sharded:=[d for _,d in devices if isinstance(d, tuple)]) and (single:=[(p,d) for p,d in devices if isinstance(d, str)]):
+      raise RuntimeError(f"vmap over a sharded batch: an input mapped with it is on {single[0][1]}, not on the batch's devices {sharded[0]}: "
+                         f"{single[0][0]} (shard it on its mapped axis)")
     assert isinstance(n, int), f"vmap needs a concrete batch size, got {n}"
 
     def call(scope:_Scope, start:int, stop:int):
@@ -180,6 +192,7 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
         if axis is None:
           if batched: raise ValueError(f"vmap has mapped output but out_axes is None for {path}: it depends on the batch")
           return y
+        if sharded: _check_on_devices(y, sharded[0], path)
         if isinstance(axis, bool) or not -(y.ndim+1) <= axis <= y.ndim:
           raise ValueError(f"vmap out_axes {axis} for {path} is out of range: the batched output has {y.ndim+1} axes (shape {(n,)+y.shape})")
         return scope.exit(y, axis % (y.ndim+1))
