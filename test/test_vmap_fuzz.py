@@ -590,6 +590,19 @@ class TestFuzzRegressions(unittest.TestCase):
       x = np.random.default_rng(n).standard_normal(n)
       with self.subTest(n=n): np.testing.assert_allclose(vmap(jacfwd(f))(Tensor(x)).numpy(), np.stack([num_jac(np_f)(v) for v in x]), atol=1e-6)
 
+  # a chunked vmap nested in a chunked vmap, with an output of the inner one that doesn't depend on the outer batch: the inner chunk loop
+  # ran inside the outer one for some kernels and outside it for others, "outer ranges ... aren't nested" (schedule: its kernels all go
+  # in the outer loop, rerun per index with their zero-init)
+  def test_nested_chunked_output_not_of_outer_batch(self):
+    rng = np.random.default_rng(7)
+    x0, x1 = rng.standard_normal((4, 3)), rng.standard_normal((4, 4, 3))
+    f = lambda a, b: (b + a.sum(), a.sum())
+    for out_axes in ((0, None), (0, 0)):
+      with self.subTest(out_axes=out_axes):
+        got = vmap(vmap(f, chunk_size=2), in_axes=(None, 0), out_axes=out_axes, chunk_size=2)(Tensor(x0), Tensor(x1))
+        want = np_batch(np_batch(lambda a, b: (b + a.sum(), a.sum()), 4, 0, (0, 0)), 4, (None, 0), out_axes)(x0, x1)
+        for g, w in zip(got, want): np.testing.assert_allclose(g.numpy(), w)
+
 # *** campaigns: N programs from a seed, every failure kept, shrunk and written to a JSON lines file ***
 
 def failure_kind(prog:Prog) -> str|None:
