@@ -538,8 +538,8 @@ class TestFuzzRegressions(unittest.TestCase):
     np.testing.assert_equal(got, np.zeros((3, 2), dtype=np.int32))
 
   # a REDUCE with no buffer in it (a cumsum of the computed Tensor.eye) inlined at two indexes (cat): two loops over one RANGE in a kernel,
-  # the linearizer asserted. Vanilla 0.12.0 fails the same without vmap; jacfwd's basis is a Tensor.eye (rangeify: each index gets its own
-  # RANGE)
+  # the linearizer asserted. Vanilla 0.12.0 fails the same without vmap; jacfwd's basis is a Tensor.eye (split_store: each REDUCE of a
+  # kernel gets its own RANGE)
   def test_vmap_over_eye_cumsum_cat_matmul(self):
     w = np.random.default_rng(3).standard_normal((1, 4))
     f = lambda x: Tensor(w) @ x.cumsum(0).cat(x.cumsum(0), dim=-2)
