@@ -60,7 +60,12 @@ class TestCPUMatmulTile(unittest.TestCase):
     rng = np.random.default_rng(2)
     x, w1, b1, w2, b2 = (rng.standard_normal(s).astype(np.float32) for s in [(40, 64), (64, 64), (64,), (64, 8), (8,)])
     def mlp(x, w1, b1, w2, b2): return (x @ w1 + b1).relu() @ w2 + b2
-    got = vmap(mlp, in_axes=(0, None, None, None, None))(*map(Tensor, (x, w1, b1, w2, b2))).numpy()
+    batched = vmap(mlp, in_axes=(0, None, None, None, None))
+    got = batched(*map(Tensor, (x, w1, b1, w2, b2))).numpy()
+    # the relu's where masks the hidden layer's axes: the tile must not be upcast further on top (256 accumulators spilled)
+    sched = batched(*map(Tensor, (x, w1, b1, w2, b2))).schedule()
+    self.assertEqual([tile(get_program(si.ast, Device["CPU"].renderer)) for si in sched if si.ast.op.name == "SINK"],
+                     [[(OptOps.UPCAST, 16), (OptOps.UPCAST, 4)], [(OptOps.UPCAST, 8), (OptOps.UPCAST, 8)]])
     want = np.stack([np.maximum(e @ w1 + b1, 0) @ w2 + b2 for e in x.astype(np.float64)])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
