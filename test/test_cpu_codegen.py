@@ -109,13 +109,15 @@ class TestCPUCosSharesSinReduction(unittest.TestCase):
 
   def test_sin_and_cos_share_one_reduction(self):
     x = Tensor.empty(64)
+    self.assertGreater(self.reductions(x.sin()), 0)  # else the counts below compare zeros
     self.assertEqual(self.reductions(x.sin() + x.cos()), self.reductions(x.sin()))
     self.assertEqual(self.reductions(x.tan() * x.cos()), self.reductions(x.sin()))
 
   def test_cos_alone_unchanged_otherwise(self):
     x = Tensor.empty(64)
     self.assertEqual(self.reductions(x.cos()), self.reductions(x.sin()))
-    with Context(TRANSCENDENTAL=1): self.assertEqual(self.reductions(x.sin() + (x*2).cos()), 2*self.reductions(x.sin()))
+    # different angles keep a reduction each
+    self.assertEqual(self.reductions(x.sin() + (x*2).cos()), 2*self.reductions(x.sin()))
 
 if __name__ == "__main__":
   unittest.main()
