@@ -1,5 +1,6 @@
 """The CPU codegen patches the benchmarks led to (bench/analysis.md): the matmul register tile with float8 loads
-(codegen/opt/heuristic.py, codegen/late/devectorizer.py) and cos sharing sin's Payne-Hanek reduction (uop/decompositions.py).
+(codegen/opt/heuristic.py, codegen/late/devectorizer.py), cos sharing sin's Payne-Hanek reduction (uop/decompositions.py) and that
+reduction running under a branch (codegen/late/cold_branch.py).
 Results are checked against numpy; the kernel structure (opts, float8, reductions) is asserted exactly, never timed."""
 import unittest, math
 import numpy as np
@@ -7,6 +8,8 @@ from tinygrad import Tensor, Device, dtypes, vmap
 from tinygrad.codegen import get_program
 from tinygrad.codegen.opt import OptOps, Opt
 from tinygrad.helpers import Context
+from tinygrad.uop.ops import Ops
+from tinygrad.engine.realize import CompiledRunner
 
 def tile(p) -> list[tuple[OptOps, int]]: return [(o.op, o.arg) for o in p.applied_opts if o.op is not OptOps.THREAD]
 
@@ -118,6 +121,70 @@ class TestCPUCosSharesSinReduction(unittest.TestCase):
     self.assertEqual(self.reductions(x.cos()), self.reductions(x.sin()))
     # different angles keep a reduction each
     self.assertEqual(self.reductions(x.sin() + (x*2).cos()), 2*self.reductions(x.sin()))
+
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU renderer branches around cold arms")
+class TestCPUColdBranch(unittest.TestCase):
+  def compile(self, t:Tensor, cold=True, opts=None):
+    """t's one kernel (its inputs realized) compiled with or without the cold branches, and the buffers it runs on"""
+    sis = [si for si in t.schedule() if si.ast.op is Ops.SINK]
+    self.assertEqual(len(sis), 1)
+    ren = Device["CPU"].renderer
+    try:
+      ren.cold_branches = cold
+      with Context(SPEC=1): p = get_program(sis[0].ast, ren, opts)
+    finally: del ren.cold_branches  # back to the class's value
+    return p, sis[0].bufs
+
+  def run_kernel(self, t:Tensor, cold:bool) -> np.ndarray:
+    p, bufs = self.compile(t, cold)
+    for b in bufs: b.ensure_allocated()
+    CompiledRunner(p)(bufs, {}, wait=True)
+    return np.frombuffer(bufs[0].as_buffer(), dtype=bufs[0].dtype.fmt).copy()
+
+  def ifs(self, t:Tensor, opts=None) -> int: return [u.op for u in self.compile(t, opts=opts)[0].uops].count(Ops.IF)
+
+  def test_bit_identical_to_the_select(self):
+    # the branch only skips work: every value, on both sides of the switch-over and the special cases, is the select's
+    for dt, npdt, huge in ((dtypes.float32, np.float32, 1e30), (dtypes.float64, np.float64, 1e200), (dtypes.float16, np.float16, 6e4)):
+      rng = np.random.default_rng(3)
+      with np.errstate(over="ignore"): x = np.concatenate([rng.standard_normal(40) * s for s in (1, 10, 40, 1e3, 1e6)] +
+                                          [[29.999, 30, 30.001, -30, 0, -0.0, math.inf, -math.inf, math.nan, huge, -huge]]).astype(npdt)
+      for name, fn in (("sin", lambda t: t.sin()), ("cos", lambda t: t.cos()), ("tan", lambda t: t.tan()),
+                       ("sin+cos", lambda t: t.sin()*2 + t.cos()), ("sin(x)*cos(3x)", lambda t: t.sin() * (t*3).cos())):
+        with self.subTest(dtype=dt, fn=name):
+          xt = Tensor(x, dtype=dt).realize()
+          np.testing.assert_array_equal(self.run_kernel(fn(xt), cold=True), self.run_kernel(fn(xt), cold=False))
+
+  def test_against_numpy(self):
+    # float32: upstream's float64 Payne-Hanek keeps about float32's precision (bench/analysis.md), with or without the branch
+    x = np.concatenate([np.random.default_rng(4).standard_normal(64) * s for s in (1, 40, 1e4)]).astype(np.float32)
+    got, x64 = (Tensor(x).sin() * 2 + Tensor(x).cos()).numpy(), x.astype(np.float64)
+    np.testing.assert_allclose(got, np.sin(x64)*2 + np.cos(x64), atol=6e-6)
+
+  def test_one_branch_per_angle(self):
+    x = Tensor.empty(64)
+    self.assertEqual(self.ifs(x.sin(), opts=[]), 1)
+    self.assertEqual(self.ifs(x.sin() + x.cos(), opts=[]), 1)  # cos(x) takes sin(x)'s condition and reduction
+    self.assertEqual(self.ifs(x.tan(), opts=[]), 1)
+    self.assertEqual(self.ifs(x.sin() + (x*2).cos(), opts=[]), 2)
+    self.assertEqual(self.ifs(x.sin() + x.cos(), opts=[Opt(OptOps.UPCAST, 0, 4)]), 4)  # one per upcast lane
+
+  def test_no_branch_where_an_arm_is_a_constant(self):
+    x = Tensor.empty(64)
+    self.assertEqual(self.ifs(x.exp() * x.log() + x.exp2().sqrt(), opts=[]), 0)
+    self.assertEqual(self.ifs((x > 0).where(x.sin(), 0), opts=[]), 1)  # sin's own branch, not the mask's
+    self.assertEqual(self.ifs((x > 0).where(x * 3, x.exp()), opts=[]), 0)  # small arms stay a select
+
+  def test_vmapped_rotation(self):
+    # a per-example kinematics step (sin, cos, tan of two angles per example), batched; some examples take the large-argument path
+    def step(s:Tensor) -> Tensor: return Tensor.stack(s[0] + s[2].cos() * s[1], s[1] * s[2].sin(), s[3].tan() / s[3].cos())
+    rng = np.random.default_rng(5)
+    states = rng.uniform(-3, 3, (257, 4)).astype(np.float32)
+    states[::7, 2], states[::11, 3] = rng.uniform(30, 1e4, len(states[::7])), -rng.uniform(30, 1e4, len(states[::11]))
+    got = vmap(step)(Tensor(states)).numpy()
+    want = np.stack([[s[0] + np.cos(s[2]) * s[1], s[1] * np.sin(s[2]), np.tan(s[3]) / np.cos(s[3])] for s in states.astype(np.float64)])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    self.assertGreater(self.ifs(vmap(step)(Tensor(states))), 0)
 
 if __name__ == "__main__":
   unittest.main()

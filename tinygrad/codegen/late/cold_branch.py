@@ -1,0 +1,94 @@
+# Branch around the expensive arm of a WHERE (the linearized program, C-style CPU renderers only).
+# A WHERE computes both arms. When one arm needs many ops nothing else needs (Payne-Hanek's reduction under sin/cos for |x| >= 30, which
+# almost no input takes), the branch-free select pays for that arm on every element. Here the WHEREs that share a condition and such an
+# arm become a register written with the other arm and, inside IF, overwritten with the expensive one: a predictable branch instead.
+import heapq
+from collections import defaultdict
+from tinygrad.uop.ops import UOp, Ops, GroupOp
+from tinygrad.dtype import dtypes, AddrSpace
+
+COLD_ARM_MIN_OPS = 48  # below this a mispredicted branch costs more than computing the arm
+MOVABLE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
+
+def _exclusive_arm(order:dict[UOp, int], consumers:dict[UOp, list[UOp]], group:list[UOp], side:int) -> list[UOp]:
+  """the ops (in list order) that only the arms `side` of the WHEREs in group consume, directly or through each other"""
+  gset, cone = set(group), set()
+  todo = [(-order[w.src[side]], w.src[side]) for w in group]
+  heapq.heapify(todo)
+  seen = {u for _,u in todo}
+  while todo:  # consumers come later in the list: walking back from the arms, each op's consumers are decided before it
+    u = heapq.heappop(todo)[1]
+    if u.op not in MOVABLE or u in gset: continue
+    if all(v in cone or (v in gset and all(j == side for j,s in enumerate(v.src) if s is u)) for v in consumers[u]):
+      cone.add(u)
+      for s in u.src:
+        if s not in seen: seen.add(s); heapq.heappush(todo, (-order[s], s))
+  return sorted(cone, key=order.__getitem__)
+
+def _in_scope(lst:list[UOp]) -> bool:
+  """every op reads only values defined in a RANGE/IF scope that is still open"""
+  stack: list[UOp] = []
+  scope: dict[UOp, int] = {}
+  scope_of: dict[UOp, UOp|None] = {}
+  for u in lst:
+    for s in u.src:
+      if (d:=scope.get(s)) is None or d > len(stack) or (d and stack[d-1] is not scope_of[s]): return False
+    if u.op in (Ops.END, Ops.ENDIF): stack.pop()
+    scope[u], scope_of[u] = len(stack), stack[-1] if stack else None
+    if u.op in (Ops.RANGE, Ops.IF): stack.append(u)
+  return True
+
+def _branch_group(lst:list[UOp], order:dict[UOp, int], group:list[UOp], side:int, arm:list[UOp]) -> list[UOp]|None:
+  moved, gset = set(arm) | set(group), set(group)
+  if any(s in gset for u in arm+group for s in u.src): return None  # a WHERE feeding another: left alone
+  # the block: registers written with the cheap arm, then under IF (the expensive arm's condition) with the expensive one
+  first_reg = 1 + max([u.arg for u in lst if u.op is Ops.DEFINE_REG], default=-1)
+  zero, cond = UOp.const(dtypes.int, 0), group[0].src[0]
+  idxs = [UOp(Ops.DEFINE_REG, w.dtype.ptr(size=1, addrspace=AddrSpace.REG), arg=first_reg+i).index(zero, ptr=True) for i,w in enumerate(group)]
+  gate = cond if side == 1 else cond.ne(UOp.const(dtypes.bool, True))
+  block = [zero, *[i.src[0] for i in idxs], *idxs, *[UOp.store(i, w.src[3-side]) for i,w in zip(idxs, group)]]
+  if side == 2: block.append(gate.src[1])
+  block += [gate, mif:=UOp(Ops.IF, src=(gate, idxs[0])), *arm, *[UOp.store(i, w.src[side]) for i,w in zip(idxs, group)], UOp(Ops.ENDIF, src=(mif,))]
+  replaced: dict[UOp, UOp] = {w:i.load() for i,w in zip(idxs, group)}
+  block = [u for u in block+list(replaced.values()) if u in moved or u not in order]  # a constant the list has stays where it is
+  # re-linearize with the block as one node, as close to the old order as the new dependencies allow
+  node = lambda u: None if u in moved else u
+  deps: dict[UOp|None, set[UOp|None]] = {u:{node(s) for s in u.src} - {u} for u in lst if u not in moved}
+  deps[None] = {s for u in block for s in u.src} - set(block) - moved
+  users: dict[UOp|None, list[UOp|None]] = defaultdict(list)
+  for u,ds in deps.items():
+    for d in ds: users[d].append(u)
+  key = lambda u: order[group[0]] if u is None else order[u]
+  ready = [(key(u), i, u) for i,(u,ds) in enumerate(deps.items()) if not ds]
+  heapq.heapify(ready)
+  out: list[UOp] = []
+  while ready:
+    u = heapq.heappop(ready)[2]
+    if u is None: out += block
+    else:
+      if (nu:=u.replace(src=tuple(replaced.get(s, s) for s in u.src))) is not u: replaced[u] = nu
+      out.append(nu)
+    for v in users[u]:
+      deps[v].discard(u)
+      if not deps[v]: heapq.heappush(ready, (key(v), id(v), v))
+  return out if len(out) == len(lst) - len(moved) + len(block) and _in_scope(out) else None
+
+def cold_branches(lst:list[UOp]) -> list[UOp]:
+  done: set[UOp] = set()
+  while True:
+    order = {u:i for i,u in enumerate(lst)}
+    consumers: dict[UOp, list[UOp]] = defaultdict(list)
+    for u in lst:
+      for s in u.src: consumers[s].append(u)
+    groups: dict[UOp, list[UOp]] = {}
+    for u in lst:
+      if u.op is Ops.WHERE and u.dtype.count == 1 and u.src[0] not in done: groups.setdefault(u.src[0], []).append(u)
+    for cond, group in groups.items():
+      done.add(cond)
+      arms = [(_exclusive_arm(order, consumers, group, side), side) for side in (1, 2)]
+      (other, _), (arm, side) = sorted(arms, key=lambda x: len(x[0]))
+      # both arms must have work of their own: a WHERE picking a constant is a mask or a special case, its condition no hint of a rare path
+      if len(other) and len(arm) >= COLD_ARM_MIN_OPS and (new:=_branch_group(lst, order, group, side, arm)) is not None:
+        lst = new
+        break
+    else: return lst
