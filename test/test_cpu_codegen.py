@@ -1,8 +1,8 @@
 """The CPU codegen patches the benchmarks led to (bench/analysis.md): the matmul register tile with float8 loads
 (codegen/opt/heuristic.py, codegen/late/devectorizer.py), cos sharing sin's Payne-Hanek reduction (uop/decompositions.py) and that
-reduction running under a branch (codegen/late/cold_branch.py).
+reduction running under a branch (codegen/late/cold_branch.py), and clang started before it is needed (runtime/support/compiler_cpu.py).
 Results are checked against numpy; the kernel structure (opts, float8, reductions) is asserted exactly, never timed."""
-import unittest, math
+import unittest, math, os, signal, subprocess, sys
 import numpy as np
 from tinygrad import Tensor, Device, dtypes, vmap
 from tinygrad.codegen import get_program
@@ -10,6 +10,7 @@ from tinygrad.codegen.opt import OptOps, Opt
 from tinygrad.helpers import Context
 from tinygrad.uop.ops import Ops
 from tinygrad.engine.realize import CompiledRunner
+from tinygrad.runtime.support.compiler_cpu import ClangJITCompiler
 
 def tile(p) -> list[tuple[OptOps, int]]: return [(o.op, o.arg) for o in p.applied_opts if o.op is not OptOps.THREAD]
 
@@ -185,6 +186,36 @@ class TestCPUColdBranch(unittest.TestCase):
     want = np.stack([[s[0] + np.cos(s[2]) * s[1], s[1] * np.sin(s[2]), np.tan(s[3]) / np.cos(s[3])] for s in states.astype(np.float64)])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     self.assertGreater(self.ifs(vmap(step)(Tensor(states))), 0)
+
+@unittest.skipUnless(Device.DEFAULT == "CPU" and sys.platform == "linux", "the clang JIT compiler, os.fork")
+class TestClangSpare(unittest.TestCase):
+  SRC = "void add1(float* restrict a) { for (int i = 0; i < 4; i++) a[i] += 1.0f; }"
+
+  def test_compile_uses_the_started_clang_and_starts_the_next(self):
+    c = ClangJITCompiler()
+    spare = c.spare
+    self.assertIsNone(spare.poll())  # started, waiting on stdin
+    self.assertGreater(len(c.compile(self.SRC)), 0)
+    self.assertIsNotNone(spare.returncode)  # that one compiled it
+    self.assertIsNot(c.spare, spare)
+    self.assertGreater(len(c.compile(self.SRC)), 0)
+
+  def test_error_raises_and_the_next_compile_works(self):
+    c = ClangJITCompiler()
+    with self.assertRaises(subprocess.CalledProcessError): c.compile("this is not C")
+    self.assertGreater(len(c.compile(self.SRC)), 0)
+
+  def test_forked_child_does_not_keep_the_spare_open(self):
+    # clang compiles at EOF on stdin: a child that kept the spare's stdin open would hang the parent's next compile
+    c, (r, w) = ClangJITCompiler(), os.pipe()
+    if (pid:=os.fork()) == 0:
+      os.close(w); os.read(r, 1); os._exit(0)  # lives until the parent has compiled
+    os.close(r)
+    def hung(*_): raise TimeoutError("the compile waited on a clang whose stdin the child holds")
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try: self.assertGreater(len(c.compile(self.SRC)), 0)
+    finally: signal.alarm(0); signal.signal(signal.SIGALRM, old); os.close(w); os.waitpid(pid, 0)
 
 if __name__ == "__main__":
   unittest.main()
