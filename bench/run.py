@@ -438,6 +438,10 @@ def machine_copy_bandwidth() -> float:
   return 2 * a.nbytes / median(ts[1:]) / 1e9
 
 def worker(tasks:list[dict]):
+  # one core, not just one thread: XLA's CPU client runs work on more threads than XLA_FLAGS' single-thread settings cover (jax 0.10
+  # used 1.66 cores on W2 with them). The sharded row is about using both cores, so it keeps them.
+  if hasattr(os, "sched_setaffinity") and not any(t.get("impl") == "vmap_jit_2dev" for t in tasks):
+    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
   for task in tasks:
     try:
       if task["kind"] == "row": res = run_row(task)
@@ -752,7 +756,9 @@ the tables is written by hand from `bench/analysis.md`, from the kernel source `
 {', '.join(f'{x:.2f}' for x in m.get('load_avg', ()))} (the machine is shared: other jobs run beside the benchmark, so figures carry noise).
 **Versions**: {', '.join(f'{k} {x}' for k, x in v.items())}.
 **Threads**: every framework pinned to one thread, set in each worker's environment before any import:
-`{' '.join(f'{k}={x!r}' if ' ' in x else f'{k}={x}' for k, x in d['thread_env'].items())}`, and `torch.set_num_threads(1)`.
+`{' '.join(f'{k}={x!r}' if ' ' in x else f'{k}={x}' for k, x in d['thread_env'].items())}`, and `torch.set_num_threads(1)`; and each
+worker process pinned to one core (`sched_setaffinity`: jax 0.10's CPU client used 1.66 cores on W2 despite its XLA flags), except the
+sharded row's, which uses both.
 **Copy bandwidth** of this machine, one thread (numpy copy of 256 MB, bytes read + written): **{fmt(d['copy_gbps'])} GB/s**.
 
 ## The table
