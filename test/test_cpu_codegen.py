@@ -191,8 +191,12 @@ class TestCPUColdBranch(unittest.TestCase):
 class TestClangSpare(unittest.TestCase):
   SRC = "void add1(float* restrict a) { for (int i = 0; i < 4; i++) a[i] += 1.0f; }"
 
+  def compiler(self) -> ClangJITCompiler:
+    self.addCleanup((c:=ClangJITCompiler())._drop_spare, kill=True)  # don't leave its spare clang waiting until the process exits
+    return c
+
   def test_compile_uses_the_started_clang_and_starts_the_next(self):
-    c = ClangJITCompiler()
+    c = self.compiler()
     spare = c.spare
     self.assertIsNone(spare.poll())  # started, waiting on stdin
     self.assertGreater(len(c.compile(self.SRC)), 0)
@@ -201,13 +205,13 @@ class TestClangSpare(unittest.TestCase):
     self.assertGreater(len(c.compile(self.SRC)), 0)
 
   def test_error_raises_and_the_next_compile_works(self):
-    c = ClangJITCompiler()
+    c = self.compiler()
     with self.assertRaises(subprocess.CalledProcessError): c.compile("this is not C")
     self.assertGreater(len(c.compile(self.SRC)), 0)
 
   def test_forked_child_does_not_keep_the_spare_open(self):
     # clang compiles at EOF on stdin: a child that kept the spare's stdin open would hang the parent's next compile
-    c, (r, w) = ClangJITCompiler(), os.pipe()
+    c, (r, w) = self.compiler(), os.pipe()
     if (pid:=os.fork()) == 0:
       os.close(w); os.read(r, 1); os._exit(0)  # lives until the parent has compiled
     os.close(r)

@@ -59,7 +59,7 @@ def _branch_group(lst:list[UOp], order:dict[UOp, int], group:list[UOp], side:int
   for u,ds in deps.items():
     for d in ds: users[d].append(u)
   key = lambda u: order[group[0]] if u is None else order[u]
-  ready = [(key(u), i, u) for i,(u,ds) in enumerate(deps.items()) if not ds]
+  ready = [(key(u), id(u), u) for u,ds in deps.items() if not ds]  # keys are unique: id() only keeps UOps out of the comparison
   heapq.heapify(ready)
   out: list[UOp] = []
   while ready:
