@@ -8,7 +8,7 @@ from tinygrad import Tensor, Device, dtypes, vmap
 from tinygrad.codegen import get_program
 from tinygrad.codegen.opt import OptOps, Opt
 from tinygrad.helpers import Context
-from tinygrad.uop.ops import Ops
+from tinygrad.uop.ops import Ops, GroupOp
 from tinygrad.engine.realize import CompiledRunner
 from tinygrad.runtime.support.compiler_cpu import ClangJITCompiler
 
@@ -40,9 +40,10 @@ class TestCPUMatmulTile(unittest.TestCase):
       with self.subTest(shape=(m, k, n)): self.check_matmul(m, k, n, transpose_b=True)
 
   def test_tile_float32(self):
-    # N unit-stride in B: 16 columns (two float8) by 4 rows of accumulators, the reduce not unrolled
+    # N unit-stride in B: 4 rows by 16 columns (two float8) of accumulators, the reduce not unrolled. Rows are upcast first, so a row's
+    # columns are adjacent lanes of the accumulator vector: a float8 of B times a broadcast of A
     p = program(Tensor.empty(64, 64) @ Tensor.empty(64, 64))
-    self.assertEqual(tile(p), [(OptOps.UPCAST, 16), (OptOps.UPCAST, 4)])
+    self.assertEqual(tile(p), [(OptOps.UPCAST, 4), (OptOps.UPCAST, 16)])
     self.assertIn("float8", p.src)
 
   def test_tile_narrow_n(self):
@@ -53,7 +54,7 @@ class TestCPUMatmulTile(unittest.TestCase):
   def test_tile_float64(self):
     # the same 256 bytes of accumulators: 8 doubles by 4 rows
     p = program(Tensor.empty(64, 64, dtype=dtypes.float64) @ Tensor.empty(64, 64, dtype=dtypes.float64))
-    self.assertEqual(tile(p), [(OptOps.UPCAST, 8), (OptOps.UPCAST, 4)])
+    self.assertEqual(tile(p), [(OptOps.UPCAST, 4), (OptOps.UPCAST, 8)])
 
   def test_transposed_b_keeps_generic_opts(self):
     p = program(Tensor.empty(64, 64) @ Tensor.empty(64, 64).T)
@@ -69,7 +70,7 @@ class TestCPUMatmulTile(unittest.TestCase):
     # the relu's where masks the hidden layer's axes: the tile must not be upcast further on top (256 accumulators spilled)
     sched = batched(*map(Tensor, (x, w1, b1, w2, b2))).schedule()
     self.assertEqual([tile(get_program(si.ast, Device["CPU"].renderer)) for si in sched if si.ast.op.name == "SINK"],
-                     [[(OptOps.UPCAST, 16), (OptOps.UPCAST, 4)], [(OptOps.UPCAST, 8), (OptOps.UPCAST, 8)]])
+                     [[(OptOps.UPCAST, 4), (OptOps.UPCAST, 16)], [(OptOps.UPCAST, 8), (OptOps.UPCAST, 8)]])
     want = np.stack([np.maximum(e @ w1 + b1, 0) @ w2 + b2 for e in x.astype(np.float64)])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -95,6 +96,46 @@ class TestCPUMatmulTile(unittest.TestCase):
     # float8 loads of a slice that starts mid-vector must not assume alignment the offset breaks
     a = np.arange(300, dtype=np.float32)
     np.testing.assert_equal((Tensor(a)[3:259].reshape(16, 16) * 2).numpy(), a[3:259].reshape(16, 16) * 2)
+
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the clang renderer's vector ALUs")
+class TestCPUVectorALUs(unittest.TestCase):
+  # clang compiles ext_vector_type arithmetic itself: devectorize splits only ops the renderer has no code for and kernel-local buffers
+  def alus(self, p) -> set[tuple[str, int]]: return {(u.op.name, u.dtype.count) for u in p.uops if u.op in GroupOp.ALU and u.op is not Ops.SHL}
+
+  def test_matmul_tile_is_vector_fmas(self):
+    # the 4x16 tile is one 64-lane accumulator: a multiply and an add per reduce step, not 64 scalar ones
+    p = program(Tensor.empty(64, 64) @ Tensor.empty(64, 64))
+    self.assertEqual(self.alus(p), {("MUL", 64), ("ADD", 64), ("ADD", 1)})
+
+  def test_upcast_elementwise_stays_vector(self):
+    p = program((Tensor.empty(64) * 3 + 1).contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)))
+    self.assertEqual(self.alus(p), {("MUL", 4), ("ADD", 4)})
+
+  def test_decomposed_ops_are_scalar(self):
+    # EXP2 has no C code on the CPU: it is split per lane before the decomposition, which stays scalar (as cold_branch expects)
+    p = program(Tensor.empty(64).exp2().contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)))
+    self.assertEqual({n for n, c in self.alus(p) if c > 1}, set())
+
+  def test_vector_ops_against_numpy(self):
+    # every kind of ALU the C renderer emits on vectors, upcast by 8, float and int, against numpy
+    rng = np.random.default_rng(6)
+    xf, yf = rng.standard_normal(64).astype(np.float32) * 10, rng.standard_normal(64).astype(np.float32) * 10
+    xi, yi = rng.integers(-1000, 1000, 64).astype(np.int32), rng.integers(1, 50, 64).astype(np.int32)
+    xu, yu = rng.integers(0, 2**31, 64).astype(np.uint32), rng.integers(0, 2**31, 64).astype(np.uint32)
+    def bitwise(x, y): return ((x & 0xff) ^ (x | y)) + (x << 2) + (y >> 3)
+    cases = [("float arith", lambda x, y: x * y - x / (y * y + 1), lambda x, y: x * y - x / (y * y + 1), xf, yf),
+             ("max/where", lambda x, y: (x < y).where(x.maximum(y), -x), lambda x, y: np.where(x < y, np.maximum(x, y), -x), xf, yf),
+             ("sqrt", lambda x, y: (x * x + y * y).sqrt(), lambda x, y: np.sqrt(x * x + y * y), xf, yf),
+             ("float to int", lambda x, y: (x * 3).cast(dtypes.int32) + 1, lambda x, y: (x * 3).astype(np.int32) + 1, xf, yf),
+             ("int div/mod", lambda x, y: x // y + x % y, lambda x, y: x // y + x % y, np.abs(xi), yi),
+             ("bitwise", bitwise, bitwise, xu, yu),
+             ("int to float", lambda x, y: x.cast(dtypes.float32) / 7, lambda x, y: x.astype(np.float32) / 7, xi, yi),
+             ("half", lambda x, y: (x.cast(dtypes.float16) * 2).cast(dtypes.float32),
+              lambda x, y: (x.astype(np.float16) * 2).astype(np.float32), xf, yf)]
+    for name, fn, np_fn, a, b in cases:
+      with self.subTest(name):
+        got = fn(Tensor(a), Tensor(b)).contiguous(arg=(Opt(OptOps.UPCAST, 0, 8),)).numpy()
+        np.testing.assert_allclose(got, np_fn(a, b), rtol=1e-6)
 
 @unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU renderer decomposes SIN")
 class TestCPUCosSharesSinReduction(unittest.TestCase):
