@@ -116,6 +116,12 @@ class TestCPUVectorALUs(unittest.TestCase):
     p = program(Tensor.empty(64).exp2().contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)))
     self.assertEqual({n for n, c in self.alus(p) if c > 1}, set())
 
+  def test_bool_accumulator(self):
+    # C has no vectors of _Bool: an upcast any() keeps scalar registers
+    x = np.random.default_rng(7).standard_normal((64, 16)).astype(np.float32)
+    got = (Tensor(x) > 1.5).any(axis=1).contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)).numpy()
+    np.testing.assert_equal(got, (x > 1.5).any(axis=1))
+
   def test_vector_ops_against_numpy(self):
     # every kind of ALU the C renderer emits on vectors, upcast by 8, float and int, against numpy
     rng = np.random.default_rng(6)
