@@ -122,6 +122,10 @@ class TestCPUVectorALUs(unittest.TestCase):
     got = (Tensor(x) > 1.5).any(axis=1).contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)).numpy()
     np.testing.assert_equal(got, (x > 1.5).any(axis=1))
 
+  def test_upcast_constant_store(self):
+    # only a register's init stores a bare constant for C to splat; a global float4 store of a constant keeps its vector
+    np.testing.assert_equal(Tensor.full((24,), 2.5).contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)).numpy(), np.full(24, 2.5, np.float32))
+
   def test_vector_ops_against_numpy(self):
     # every kind of ALU the C renderer emits on vectors, upcast by 8, float and int, against numpy
     rng = np.random.default_rng(6)
