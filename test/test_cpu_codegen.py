@@ -1,7 +1,8 @@
 """The CPU codegen patches the benchmarks led to (bench/analysis.md): the matmul register tile with float8 loads
-(codegen/opt/heuristic.py, codegen/late/devectorizer.py), cos sharing sin's Payne-Hanek reduction (uop/decompositions.py) and that
-reduction running under a branch (codegen/late/cold_branch.py), and clang started before it is needed (runtime/support/compiler_cpu.py).
-Results are checked against numpy; the kernel structure (opts, float8, reductions) is asserted exactly, never timed."""
+(codegen/opt/heuristic.py, codegen/late/devectorizer.py), vector ALUs kept for clang (Renderer.vector_alus), cos sharing sin's
+Payne-Hanek reduction (uop/decompositions.py) and that reduction running under a branch (codegen/late/cold_branch.py), and clang
+started before it is needed (runtime/support/compiler_cpu.py). Results are checked against numpy; the kernel structure (opts, float8,
+reductions) is asserted exactly, never timed."""
 import unittest, math, os, signal, subprocess, sys
 import numpy as np
 from tinygrad import Tensor, Device, dtypes, vmap
@@ -140,8 +141,8 @@ class TestCPUVectorALUs(unittest.TestCase):
              ("int div/mod", lambda x, y: x // y + x % y, lambda x, y: x // y + x % y, np.abs(xi), yi),
              ("bitwise", bitwise, bitwise, xu, yu),
              ("int to float", lambda x, y: x.cast(dtypes.float32) / 7, lambda x, y: x.astype(np.float32) / 7, xi, yi),
-             ("half", lambda x, y: (x.cast(dtypes.float16) * 2).cast(dtypes.float32),
-              lambda x, y: (x.astype(np.float16) * 2).astype(np.float32), xf, yf)]
+             ("half", lambda x, y: (x.cast(dtypes.float16) * y.cast(dtypes.float16) + x.cast(dtypes.float16)).cast(dtypes.float32),
+              lambda x, y: (x.astype(np.float16) * y.astype(np.float16) + x.astype(np.float16)).astype(np.float32), xf, yf)]
     for name, fn, np_fn, a, b in cases:
       with self.subTest(name):
         got = fn(Tensor(a), Tensor(b)).contiguous(arg=(Opt(OptOps.UPCAST, 0, 8),)).numpy()
