@@ -127,6 +127,28 @@ class TestCPUVectorALUs(unittest.TestCase):
     # only a register's init stores a bare constant for C to splat; a global float4 store of a constant keeps its vector
     np.testing.assert_equal(Tensor.full((24,), 2.5).contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)).numpy(), np.full(24, 2.5, np.float32))
 
+  def test_outer_product_upcast_is_one_vector(self):
+    # pairwise distances (bench W5): the axis unit-stride in the store, along which the other points are broadcast, is upcast to one
+    # float8 alone (a 4x4 tile of it was float4 math split four ways by the store), and the reduce of 16 is unrolled by 4 (32 lanes)
+    p = program(((Tensor.empty(64, 1, 16) - Tensor.empty(1, 64, 16)) ** 2).sum(-1).sqrt())
+    self.assertEqual(tile(p), [(OptOps.UPCAST, 8), (OptOps.UNROLL, 4)])
+    self.assertIn(("ADD", 8), self.alus(p))
+
+  def test_row_reduce_keeps_generic_upcast(self):
+    # a row reduce (bench W1) has no broadcast load: its 4 rows stay as the generic heuristic picks them
+    self.assertEqual(tile(program((Tensor.empty(1024, 64) ** 2).sum(-1))), [(OptOps.UPCAST, 4), (OptOps.UNROLL, 4)])
+
+  def test_pairwise_distances_against_numpy(self):
+    # the nested vmap of bench W5 on the wide upcast, sizes that divide 8 and ones that don't, against a numpy loop over pairs
+    def dist(p, q): return ((p - q) ** 2).sum().sqrt()
+    rng = np.random.default_rng(8)
+    for n1, n2, d in [(40, 24, 16), (13, 8, 5), (16, 7, 32)]:
+      with self.subTest(shape=(n1, n2, d)):
+        a, b = rng.standard_normal((n1, d)), rng.standard_normal((n2, d))
+        got = vmap(vmap(dist, in_axes=(None, 0)), in_axes=(0, None))(Tensor(a, dtype=dtypes.float32), Tensor(b, dtype=dtypes.float32))
+        want = np.array([[np.sqrt(((x - y) ** 2).sum()) for y in b] for x in a])
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
   def test_vector_ops_against_numpy(self):
     # every kind of ALU the C renderer emits on vectors, upcast by 8, float and int, against numpy
     rng = np.random.default_rng(6)
