@@ -57,8 +57,10 @@ EXTRA_IMPLS = {
   "W4": {"vmap_jacfwd_jit": ("tinygrad vmap(jacfwd(step)) (TinyJit)", "tinygrad"),
          "jax_jacfwd": ("jax.jit(jax.vmap(jax.jacfwd(step)))", "jax")},
 }
-# first call: the median of FIRST_RUNS fresh processes for these rows (the ones the first-call target compares), one process for the rest
-FIRST_REPEATED, FIRST_RUNS = ("vmap", "vmap_jit", "hand", "hand_jit", "jax", "torch", "vmap_jacfwd_jit", "jax_jacfwd"), 3
+# first call: the median of FIRST_RUNS fresh processes for the rows the first-call target compares (tinygrad's vmap against JAX), one
+# process for the rest. The extra processes run after all rows, a round of every such row at a time, so each row's samples spread over
+# the run and sit beside JAX's: this machine's speed drifts over minutes (JAX's own W5 first call measured 61, 62, 87 and 93 ms)
+FIRST_REPEATED, FIRST_RUNS = ("vmap", "vmap_jit", "jax", "vmap_jacfwd_jit", "jax_jacfwd"), 5
 SCALING = {"W1": ["vmap", "vmap_jit", "hand", "jax"], "W2": ["vmap", "vmap_jit", "hand", "jax"]}
 SCALING_N = [10**2, 10**3, 10**4, 10**5, 10**6]
 SCALING_N_QUICK = [10**2, 10**3]
@@ -593,7 +595,7 @@ def main():
                                 (" (--without)" if fw in without else f" (pip install $(python tools/fork.py deps bench))"))
   if not available["vanilla"]: print("  skipping the vanilla 0.12.0 rows: no pristine upstream under .cache/upstream (make fork puts it there)")
 
-  row_tasks, skipped = [], []
+  row_tasks, first_tasks, skipped = [], [], []
   for wn in wls:
     w = WORKLOADS[wn]
     for impl, (label, fw) in impls_of(wn).items():
@@ -605,8 +607,8 @@ def main():
       row_tasks.append({"kind": "row", "workload": wn, "impl": impl, "n": w.size(quick), "quick": quick, "repeats": repeats,
                         "warmup": warmup})
       # the rows whose first calls the targets compare get FIRST_RUNS fresh processes in the full run: one first call swings 1.5-2x
-      if not quick and impl in FIRST_REPEATED:
-        row_tasks += [{**row_tasks[-1], "first_only": True, "seed": k} for k in range(1, FIRST_RUNS)]
+      if not quick and impl in FIRST_REPEATED: first_tasks += [{**row_tasks[-1], "first_only": True, "seed": k} for k in range(1, FIRST_RUNS)]
+  row_tasks += sorted(first_tasks, key=lambda t: t["seed"])   # a round of every repeated row at a time (stable: rows keep their order)
   scale_tasks = []
   if not a.no_scaling:
     for wn, impls in SCALING.items():
@@ -781,8 +783,8 @@ Each row runs in a fresh worker process. *ms / call*: median of 9 calls after 3 
 device synchronized before the clock stops (`.block_until_ready()` for JAX). *First call*: the first call in that fresh process, inputs
 already on the device and the imports' garbage collected (`gc.collect()`, as timeit keeps GC out): graph building, scheduling, codegen
 and clang (the compile cache is off, `CCACHE=0`) and the run; for JAX, trace and XLA compile and the run. It swings 1.5-2x from one
-process to the next, so the vmap, hand-batched, JAX and torch.func rows show the median of {FIRST_RUNS} fresh processes (each one's
-figure is `first_runs_ms` in results.json); the breakdown below is the table's own process. *Kernels / call*: kernels one steady
+process to the next, so the vmap and JAX rows show the median of {FIRST_RUNS} fresh processes, run in rounds spread over the whole run
+(each one's figure is `first_runs_ms` in results.json); the breakdown below is the table's own process. *Kernels / call*: kernels one steady
 call runs, and in parentheses the kernels of the per-example function
 run on ONE example (the number vmap should match). *Schedule cache*: misses and hits on the first call; on a steady call (a TinyJit replay
 doesn't schedule). *GB/s*: (input bytes + output bytes) / time; the % of the copy bandwidth is shown for the memory-bound workloads.
