@@ -128,11 +128,20 @@ class TestCPUVectorALUs(unittest.TestCase):
     np.testing.assert_equal(Tensor.full((24,), 2.5).contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)).numpy(), np.full(24, 2.5, np.float32))
 
   def test_outer_product_upcast_is_one_vector(self):
-    # pairwise distances (bench W5): the axis unit-stride in the store, along which the other points are broadcast, is upcast to one
-    # float8 alone (a 4x4 tile of it was float4 math split four ways by the store), and the reduce of 16 is unrolled by 4 (32 lanes)
+    # pairwise distances (bench W5): with a reduce, the outermost axis along which the other points are broadcast is upcast to one
+    # float8 alone (its lanes' loads stay out of the inner loop; a 4x4 tile was float4 math split four ways by the store), and the
+    # reduce of 16 is unrolled by 4 (32 lanes)
     p = program(((Tensor.empty(64, 1, 16) - Tensor.empty(1, 64, 16)) ** 2).sum(-1).sqrt())
-    self.assertEqual(tile(p), [(OptOps.UPCAST, 8), (OptOps.UNROLL, 4)])
+    self.assertEqual([(o.op, o.axis, o.arg) for o in p.applied_opts], [(OptOps.UPCAST, 0, 8), (OptOps.UNROLL, 0, 4)])
     self.assertIn(("ADD", 8), self.alus(p))
+
+  def test_elementwise_outer_product_keeps_generic_tile(self):
+    # without a reduce the store is the work, and the generic 4x4 tile measured faster than one float8
+    rng = np.random.default_rng(10)
+    a, b = rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    def outer(): return Tensor(a).reshape(64, 1) * Tensor(b).reshape(1, 64)
+    self.assertEqual(tile(program(outer())), [(OptOps.UPCAST, 4), (OptOps.UPCAST, 4)])
+    np.testing.assert_allclose(outer().numpy(), np.outer(a, b), rtol=1e-6)
 
   def test_row_reduce_keeps_generic_upcast(self):
     # a row reduce (bench W1) has no broadcast load: its 4 rows stay as the generic heuristic picks them
