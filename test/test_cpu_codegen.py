@@ -128,12 +128,25 @@ class TestCPUVectorALUs(unittest.TestCase):
     np.testing.assert_equal(Tensor.full((24,), 2.5).contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)).numpy(), np.full(24, 2.5, np.float32))
 
   def test_outer_product_upcast_is_one_vector(self):
-    # pairwise distances (bench W5): with a reduce, the outermost axis along which the other points are broadcast is upcast to one
-    # float8 alone (its lanes' loads stay out of the inner loop; a 4x4 tile was float4 math split four ways by the store), and the
-    # reduce of 16 is unrolled by 4 (32 lanes)
-    p = program(((Tensor.empty(64, 1, 16) - Tensor.empty(1, 64, 16)) ** 2).sum(-1).sqrt())
+    # pairwise distances (bench W5): the outermost axis, along which the other points are broadcast and which is unit-stride in the
+    # store, is upcast to one float8 alone (a 4x4 tile of it was float4 math split four ways by the store), and the reduce of 16 is
+    # unrolled by 4 (32 lanes)
+    def dist(p, q): return ((p - q) ** 2).sum().sqrt()
+    p = program(vmap(vmap(dist, in_axes=(None, 0)), in_axes=(0, None))(Tensor.empty(64, 16), Tensor.empty(64, 16)))
     self.assertEqual([(o.op, o.axis, o.arg) for o in p.applied_opts], [(OptOps.UPCAST, 0, 8), (OptOps.UNROLL, 0, 4)])
     self.assertIn(("ADD", 8), self.alus(p))
+
+  def test_outer_product_inner_axis_keeps_generic_tile(self):
+    # when the stored axis is the inner loop, its lanes would gather strided loads in that loop: the generic 4x4 tile, with the reduce
+    # unrolled by 4 instead of fully (256 lanes, the codegen time without the speed)
+    p = program(((Tensor.empty(64, 1, 16) - Tensor.empty(1, 64, 16)) ** 2).sum(-1).sqrt())
+    self.assertEqual(tile(p), [(OptOps.UPCAST, 4), (OptOps.UPCAST, 4), (OptOps.UNROLL, 4)])
+
+  def test_matmul_keeps_its_tile(self):
+    # a matmul the CPU matmul tile doesn't take (its factors are computed, not loaded) keeps the generic 4x4 tile and float4 stores:
+    # its stored axis is the inner loop (upstream's test_linearizer test_grouped_store_phis)
+    p = program(Tensor.randn(64, 64) @ Tensor.randn(64, 64))
+    self.assertEqual(sorted(o.arg for o in p.applied_opts if o.op is OptOps.UPCAST), [4, 4])
 
   def test_elementwise_outer_product_keeps_generic_tile(self):
     # without a reduce the store is the work, and the generic 4x4 tile measured faster than one float8
