@@ -13,6 +13,9 @@ from tinygrad.uop.ops import Ops, GroupOp
 from tinygrad.engine.realize import CompiledRunner
 from tinygrad.runtime.support.compiler_cpu import ClangJITCompiler
 
+def pairwise_dist(p:Tensor, q:Tensor) -> Tensor: return ((p - q) ** 2).sum().sqrt()  # bench W5's per-pair function
+def pairwise(a:Tensor, b:Tensor) -> Tensor: return vmap(vmap(pairwise_dist, in_axes=(None, 0)), in_axes=(0, None))(a, b)
+
 def tile(p) -> list[tuple[OptOps, int]]: return [(o.op, o.arg) for o in p.applied_opts if o.op is not OptOps.THREAD]
 
 def program(t:Tensor):
@@ -131,8 +134,7 @@ class TestCPUVectorALUs(unittest.TestCase):
     # pairwise distances (bench W5): the outermost axis, along which the other points are broadcast and which is unit-stride in the
     # store, is upcast to one float8 alone (a 4x4 tile of it was float4 math split four ways by the store), and the reduce of 16 is
     # unrolled by 4 (32 lanes)
-    def dist(p, q): return ((p - q) ** 2).sum().sqrt()
-    p = program(vmap(vmap(dist, in_axes=(None, 0)), in_axes=(0, None))(Tensor.empty(64, 16), Tensor.empty(64, 16)))
+    p = program(pairwise(Tensor.empty(64, 16), Tensor.empty(64, 16)))
     self.assertEqual([(o.op, o.axis, o.arg) for o in p.applied_opts], [(OptOps.UPCAST, 0, 8), (OptOps.UNROLL, 0, 4)])
     self.assertIn(("ADD", 8), self.alus(p))
 
@@ -161,15 +163,15 @@ class TestCPUVectorALUs(unittest.TestCase):
     self.assertEqual(tile(program((Tensor.empty(1024, 64) ** 2).sum(-1))), [(OptOps.UPCAST, 4), (OptOps.UNROLL, 4)])
 
   def test_pairwise_distances_against_numpy(self):
-    # the nested vmap of bench W5 on the wide upcast, sizes that divide 8 and ones that don't, against a numpy loop over pairs
-    def dist(p, q): return ((p - q) ** 2).sum().sqrt()
+    # the nested vmap of bench W5 against a numpy loop over pairs: three shapes on the float8 upcast (reduces of 16, 5 and 32) and one
+    # whose outer axis 8 doesn't divide, on the generic tile
     rng = np.random.default_rng(8)
-    for n1, n2, d in [(40, 24, 16), (13, 8, 5), (16, 7, 32)]:
+    for n1, n2, d, wide in [(48, 64, 16, True), (40, 72, 5, True), (37, 64, 32, True), (40, 36, 16, False)]:
       with self.subTest(shape=(n1, n2, d)):
-        a, b = rng.standard_normal((n1, d)), rng.standard_normal((n2, d))
-        got = vmap(vmap(dist, in_axes=(None, 0)), in_axes=(0, None))(Tensor(a, dtype=dtypes.float32), Tensor(b, dtype=dtypes.float32))
-        want = np.array([[np.sqrt(((x - y) ** 2).sum()) for y in b] for x in a])
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+        a, b = rng.standard_normal((n1, d)).astype(np.float32), rng.standard_normal((n2, d)).astype(np.float32)
+        self.assertEqual((OptOps.UPCAST, 8) in tile(program(pairwise(Tensor(a), Tensor(b)))), wide)
+        want = np.array([[np.sqrt(((x - y) ** 2).sum()) for y in b.astype(np.float64)] for x in a.astype(np.float64)])
+        np.testing.assert_allclose(pairwise(Tensor(a), Tensor(b)).numpy(), want, rtol=1e-5, atol=1e-5)
 
   def test_vector_ops_against_numpy(self):
     # every kind of ALU the C renderer emits on vectors, upcast by 8, float and int, against numpy
