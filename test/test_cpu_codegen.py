@@ -3,7 +3,7 @@
 Payne-Hanek reduction (uop/decompositions.py) and that reduction running under a branch (codegen/late/cold_branch.py), and clang
 started before it is needed (runtime/support/compiler_cpu.py). Results are checked against numpy; the kernel structure (opts, float8,
 reductions) is asserted exactly, never timed."""
-import unittest, math, os, signal, subprocess, sys
+import unittest, unittest.mock, math, os, signal, subprocess, sys, platform, mmap, ctypes
 import numpy as np
 from tinygrad import Tensor, Device, dtypes, vmap
 from tinygrad.codegen import get_program
@@ -328,6 +328,51 @@ class TestClangSpare(unittest.TestCase):
     signal.alarm(60)
     try: self.assertGreater(len(c.compile(self.SRC)), 0)
     finally: signal.alarm(0); signal.signal(signal.SIGALRM, old); os.close(w); os.waitpid(pid, 0)
+
+@unittest.skipUnless(Device.DEFAULT == "CPU" and sys.platform == "linux" and platform.machine() == "x86_64", "the clang JIT compiler on x86-64")
+class TestClangOneCallPerSchedule(unittest.TestCase):
+  """the kernels a schedule has not compiled yet go to clang as one file (engine/realize.py compile_together): its startup is paid once"""
+  def clang_calls(self, fn) -> int:
+    with unittest.mock.patch.object(ClangJITCompiler, "_clang", autospec=True, side_effect=ClangJITCompiler._clang) as clang: fn()
+    return clang.call_count
+
+  def test_schedule_is_one_clang_call(self):
+    # a constant drawn per run keeps the kernels out of the compile cache (CCACHE) and the method cache
+    rng = np.random.default_rng()
+    x, c = rng.standard_normal((48, 40)).astype(np.float32), float(rng.uniform(1, 2))
+    def make(): return [(Tensor(x) * c).sum(0), (Tensor(x) - c).max(1), (Tensor(x) * c).exp().sum()]
+    self.assertEqual(len([si for si in Tensor.schedule(*make()) if si.ast.op is Ops.SINK]), 3)  # (a scheduled Tensor can't be realized)
+    outs = make()
+    self.assertEqual(self.clang_calls(lambda: Tensor.realize(*outs)), 1)
+    np.testing.assert_allclose(outs[0].numpy(), (x * np.float32(c)).sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outs[1].numpy(), (x - np.float32(c)).max(1), rtol=1e-6)
+    np.testing.assert_allclose(outs[2].numpy(), np.exp(x * np.float32(c)).sum(), rtol=1e-4)
+
+  def test_each_lib_enters_its_own_function(self):
+    srcs = ["void add1(float* restrict a) { for (int i = 0; i < 4; i++) a[i] += 1.0f; }",
+            "void scale(float* restrict a) { for (int i = 0; i < 4; i++) a[i] *= 2.5f; }",
+            "void sub3(float* restrict a) { for (int i = 0; i < 4; i++) a[i] -= 3.0f; }"]
+    c = ClangJITCompiler()
+    self.addCleanup(c._drop_spare, kill=True)
+    libs = c.compile_many(srcs, ["add1", "scale", "sub3"])
+    for lib, want in zip(libs, [lambda a: a + 1, lambda a: a * 2.5, lambda a: a - 3]):
+      a = np.arange(4, dtype=np.float32)
+      mem = mmap.mmap(-1, len(lib), prot=mmap.PROT_READ|mmap.PROT_WRITE|mmap.PROT_EXEC)
+      mem.write(lib)
+      ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ctypes.addressof(ctypes.c_char.from_buffer(mem)))(a.ctypes.data)
+      np.testing.assert_equal(a, want(np.arange(4, dtype=np.float32)))
+
+  def test_same_names_compile_one_at_a_time(self):
+    srcs = ["void k(float* restrict a) { a[0] = 1.0f; }", "void k(float* restrict a) { a[0] = 2.0f; }"]
+    c = ClangJITCompiler()
+    self.addCleanup(c._drop_spare, kill=True)
+    self.assertEqual(self.clang_calls(lambda: self.assertEqual(len(c.compile_many(srcs, ["k", "k"])), 2)), 2)
+
+  def test_compiled_kernels_are_not_compiled_again(self):
+    x = np.random.default_rng(1).standard_normal((24, 16)).astype(np.float32)
+    def run(): return [t.numpy() for t in Tensor.realize((Tensor(x) * 3).sum(0), (Tensor(x) + 3).max(1))]
+    run()
+    self.assertEqual(self.clang_calls(run), 0)
 
 if __name__ == "__main__":
   unittest.main()
