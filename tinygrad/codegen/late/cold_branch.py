@@ -85,6 +85,8 @@ def cold_branches(lst:list[UOp]) -> list[UOp]:
       if u.op is Ops.WHERE and u.dtype.count == 1 and u.src[0] not in done: groups.setdefault(u.src[0], []).append(u)
     for cond, group in groups.items():
       done.add(cond)
+      # an arm that is a constant (or a load) in every WHERE has no ops of its own: most groups (sin's inf/nan masks) end here, cheaply
+      if any(all(w.src[side].op not in MOVABLE for w in group) for side in (1, 2)): continue
       arms = [(_exclusive_arm(order, consumers, group, side), side) for side in (1, 2)]
       (other, _), (arm, side) = sorted(arms, key=lambda x: len(x[0]))
       # both arms must have work of their own: a WHERE picking a constant is a mask or a special case, its condition no hint of a rare path
