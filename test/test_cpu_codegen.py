@@ -1,7 +1,7 @@
 """The CPU codegen patches the benchmarks led to (bench/analysis.md): the matmul register tile with float8 loads
 (codegen/opt/heuristic.py, codegen/late/devectorizer.py), vector ALUs kept for clang (Renderer.vector_alus), cos sharing sin's
-Payne-Hanek reduction (uop/decompositions.py) and that reduction running under a branch (codegen/late/cold_branch.py), and clang
-started before it is needed (runtime/support/compiler_cpu.py). Results are checked against numpy; the kernel structure (opts, float8,
+Payne-Hanek reduction (uop/decompositions.py) and that reduction running under a branch (codegen/late/cold_branch.py), clang
+started before it is needed (runtime/support/compiler_cpu.py) and given a schedule's kernels in one file (engine/realize.py). Results are checked against numpy; the kernel structure (opts, float8,
 reductions) is asserted exactly, never timed."""
 import unittest, unittest.mock, math, os, signal, subprocess, sys, platform, mmap, ctypes
 import numpy as np
