@@ -368,6 +368,14 @@ class TestClangOneCallPerSchedule(unittest.TestCase):
     self.addCleanup(c._drop_spare, kill=True)
     self.assertEqual(self.clang_calls(lambda: self.assertEqual(len(c.compile_many(srcs, ["k", "k"])), 2)), 2)
 
+  def test_error_is_the_failing_kernels_own(self):
+    c = ClangJITCompiler()
+    self.addCleanup(c._drop_spare, kill=True)
+    srcs = ["void good(float* restrict a) { a[0] = 1.0f; }", "void bad(float* restrict a) { a[0] = undefined_name; }"]
+    with unittest.mock.patch.object(ClangJITCompiler, "_clang", autospec=True, side_effect=ClangJITCompiler._clang) as clang:
+      with self.assertRaises(subprocess.CalledProcessError): c.compile_many(srcs, ["good", "bad"])
+    self.assertEqual([call.args[1] for call in clang.call_args_list], ["\n".join(srcs), *srcs])  # the file, then one at a time
+
   def test_compiled_kernels_are_not_compiled_again(self):
     x = np.random.default_rng(1).standard_normal((24, 16)).astype(np.float32)
     def run(): return [t.numpy() for t in Tensor.realize((Tensor(x) * 3).sum(0), (Tensor(x) + 3).max(1))]
