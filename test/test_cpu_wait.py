@@ -1,0 +1,73 @@
+"""The CPU device's wait (runtime/ops_cpu.py patch): a thread that synchronizes runs the work still queued for the device's worker thread
+itself, instead of sleeping until the worker has run it; tasks still run one at a time and in submission order. Results are checked
+against numpy."""
+import unittest, unittest.mock, threading, time, sys, contextlib
+import numpy as np
+from tinygrad import Tensor, Device, TinyJit, vmap
+import tinygrad.runtime.ops_cpu as ops_cpu
+
+@contextlib.contextmanager
+def no_forced_gil_switch():
+  """the worker thread takes a task only when it gets the GIL: with a long switch interval that is when this thread blocks (its wait)"""
+  old = sys.getswitchinterval()
+  sys.setswitchinterval(100)
+  try: yield
+  finally: sys.setswitchinterval(old)
+
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU device's worker thread")
+class TestCPUWaitRunsQueuedWork(unittest.TestCase):
+  def setUp(self):
+    self.dev = Device["CPU"]
+    self.dev.synchronize()
+
+  def run_threads(self, fn):
+    """fn's result and the threads that ran each task of the CPU device while it ran"""
+    threads, run_task = [], ops_cpu.CPUWorker.run_task
+    def recording(worker, task):
+      if worker is self.dev.worker: threads.append(threading.current_thread())
+      return run_task(worker, task)
+    with unittest.mock.patch.object(ops_cpu.CPUWorker, "run_task", recording): return fn(), threads
+
+  def test_jitted_vmap_kernel_runs_on_the_waiting_thread(self):
+    rng = np.random.default_rng(0)
+    x, c = rng.standard_normal((1000, 4)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    f = TinyJit(lambda x, c: vmap(lambda r, c: Tensor.stack(r * c[0], r * c[1] + c[2]), in_axes=(0, None))(x, c).realize())
+    xt, ct = Tensor(x).realize(), Tensor(c).realize()
+    for _ in range(3): f(xt, ct)   # captured on the 2nd call
+    self.dev.synchronize()
+    with no_forced_gil_switch():
+      out, threads = self.run_threads(lambda: f(xt, ct).numpy())
+    x64, c64 = x.astype(np.float64), c.astype(np.float64)
+    np.testing.assert_allclose(out, np.stack([x64 * c64[0], x64 * c64[1] + c64[2]], axis=1), rtol=1e-6, atol=1e-6)
+    self.assertEqual(threads, [threading.main_thread()])
+
+  def test_queued_tasks_run_in_order_one_at_a_time(self):
+    log, lock = [], threading.Lock()
+    def cmd(tid, i):
+      with lock: log.append(("start", i))
+      time.sleep(0.001)   # releases the GIL: the worker may take the next task meanwhile, and must not run it yet
+      with lock: log.append(("end", i))
+    a = np.random.default_rng(1).standard_normal(64).astype(np.float32)
+    for _ in range(3):
+      log.clear()
+      for i in range(20): self.dev.tasks.put([cmd, 1, 1, i])
+      out = (Tensor(a) * 3 + 1).numpy()   # its kernel queued behind them; .numpy() waits
+      self.assertEqual(log, [(e, i) for i in range(20) for e in ("start", "end")])
+      np.testing.assert_allclose(out, a * 3 + 1, rtol=1e-6)
+
+  def test_a_task_that_raises_on_the_waiting_thread_still_counts_as_done(self):
+    def cmd(tid):
+      if threading.current_thread() is threading.main_thread(): raise ZeroDivisionError("queued command failed")
+    with no_forced_gil_switch():
+      for _ in range(10):
+        self.dev.tasks.put([cmd, 1, 0])
+        if (task:=self.dev.worker.steal()) is not None: break
+        self.dev.synchronize()   # the worker took it first (a no-op there): try again
+      self.assertIsNotNone(task)
+      with self.assertRaises(ZeroDivisionError): self.dev.worker.run_task(task)
+    self.dev.tasks.join()   # would hang if the task were still unfinished
+    a = np.random.default_rng(2).standard_normal(64).astype(np.float32)
+    np.testing.assert_allclose((Tensor(a) - 2).numpy(), a - 2, rtol=1e-6)
+
+if __name__ == "__main__":
+  unittest.main()
