@@ -2,11 +2,15 @@
 PYTHON ?= python3
 FORK := $(PYTHON) tools/fork.py
 PIP := $(PYTHON) -m pip install -q --disable-pip-version-check
+# bytecode for the materialized package, as pip writes it at install: where .pyc files are not written on import
+# (PYTHONDONTWRITEBYTECODE) a lazily imported module is otherwise compiled from source in the middle of a first call
+BYTECODE := $(PYTHON) -m compileall -q -j 0 tinygrad
 
 .PHONY: fork patches check-patches setup setup-upstream test test-spec test-upstream upstream-baseline demo bench
 
 fork:            ## materialize pristine upstream + patches/ into tinygrad/ (FORCE=1 discards edits not exported)
 	$(FORK) fork $(if $(FORCE),--force)
+	@$(BYTECODE)
 patches:         ## export edits to upstream files under tinygrad/ into patches/
 	$(FORK) patches
 check-patches:   ## fail when tinygrad/ and pristine + patches/ disagree
@@ -20,6 +24,7 @@ setup:           ## everything `make test` needs on a fresh machine: clang, the 
 	$(if $(CI),@$(MAKE) --no-print-directory setup-viz)
 	$(PIP) $$($(FORK) deps test)
 	$(FORK) fork
+	@$(BYTECODE)
 .PHONY: setup-viz
 setup-viz:       ## what test/test_viz.py needs (CI's setup runs it): Debian's chromium via apt-get when root (~80 s), playwright via pip
 	@command -v chromium >/dev/null || { \
