@@ -5,12 +5,12 @@ started before it is needed (runtime/support/compiler_cpu.py) and given a schedu
 reductions) is asserted exactly, never timed."""
 import unittest, unittest.mock, math, os, signal, subprocess, sys, platform, mmap, ctypes
 import numpy as np
-from tinygrad import Tensor, Device, dtypes, vmap
+from tinygrad import Tensor, Device, TinyJit, dtypes, vmap
 from tinygrad.codegen import get_program
 from tinygrad.codegen.opt import OptOps, Opt
-from tinygrad.helpers import Context
+from tinygrad.helpers import Context, getenv, diskcache_get, diskcache_put
 from tinygrad.uop.ops import Ops, GroupOp
-from tinygrad.engine.realize import CompiledRunner
+from tinygrad.engine.realize import CompiledRunner, get_runner, method_cache, quick_tier
 from tinygrad.runtime.support.compiler_cpu import ClangJITCompiler
 
 def pairwise_dist(p:Tensor, q:Tensor) -> Tensor: return ((p - q) ** 2).sum().sqrt()  # bench W5's per-pair function
@@ -305,12 +305,14 @@ class TestClangSpare(unittest.TestCase):
 
   def test_compile_uses_the_started_clang_and_starts_the_next(self):
     c = self.compiler()
-    spare = c.spare
+    spare = c.spares[True]  # the quick tier's: a kernel's first build
     self.assertIsNone(spare.poll())  # started, waiting on stdin
-    self.assertGreater(len(c.compile(self.SRC)), 0)
+    self.assertGreater(len(c.compile(self.SRC, quick=True)), 0)
     self.assertIsNotNone(spare.returncode)  # that one compiled it
-    self.assertIsNot(c.spare, spare)
-    self.assertGreater(len(c.compile(self.SRC)), 0)
+    self.assertIsNot(c.spares[True], spare)
+    self.assertGreater(len(c.compile(self.SRC, quick=True)), 0)
+    self.assertGreater(len(c.compile(self.SRC)), 0)  # -O2 starts its own, and keeps the next one started
+    self.assertIsNone(c.spares[False].poll())
 
   def test_error_raises_and_the_next_compile_works(self):
     c = self.compiler()
@@ -381,6 +383,98 @@ class TestClangOneCallPerSchedule(unittest.TestCase):
     def run(): return [t.numpy() for t in Tensor.realize((Tensor(x) * 3).sum(0), (Tensor(x) + 3).max(1))]
     run()
     self.assertEqual(self.clang_calls(run), 0)
+
+@unittest.skipUnless(Device.DEFAULT == "CPU" and sys.platform == "linux", "the clang JIT compiler")
+class TestQuickTier(unittest.TestCase):
+  """a kernel's first build is clang -O1; once it runs again its -O2 build runs in the background and replaces it (engine/realize.py)"""
+  def setUp(self):
+    self.rng = np.random.default_rng()   # a constant drawn per run keeps each kernel out of the compile cache and the method cache
+    self.x = self.rng.standard_normal((48, 40)).astype(np.float32)
+
+  def kernel(self):
+    """make() builds the same one-kernel graph each time; want is its numpy result"""
+    c = float(self.rng.uniform(1, 2))
+    def make(): return ((Tensor(self.x) * c).exp() * 0.5).sum(0)
+    return make, ([si for si in make().schedule() if si.ast.op is Ops.SINK][-1].ast), (np.exp(self.x * np.float32(c)) * 0.5).sum(0)
+
+  def clang_quick_flags(self, fn) -> list[bool]:
+    with unittest.mock.patch.object(ClangJITCompiler, "_clang", autospec=True, side_effect=ClangJITCompiler._clang) as clang: fn()
+    return [call.args[2] if len(call.args) > 2 else call.kwargs.get("quick", False) for call in clang.call_args_list]
+
+  def test_first_build_is_quick_then_full(self):
+    make, ast, want = self.kernel()
+    self.assertEqual(self.clang_quick_flags(lambda: np.testing.assert_allclose(make().numpy(), want, rtol=1e-4)), [True])
+    runner, comp = get_runner("CPU", ast), Device["CPU"].compiler
+    self.assertTrue(runner.quick)
+    self.assertIsNone(diskcache_get(comp.cachekey, runner.p.src))   # a quick build is not cached
+    np.testing.assert_allclose(make().numpy(), want, rtol=1e-4)       # the second run starts the full build
+    self.assertIsNotNone(runner.rebuild)
+    runner.rebuild.join()
+    np.testing.assert_allclose(make().numpy(), want, rtol=1e-4)       # ... and the next one swaps it in
+    self.assertFalse(runner.quick)
+    self.assertEqual(runner.p.lib, comp.compile(runner.p.src))         # the -O2 build
+    self.assertEqual(diskcache_get(comp.cachekey, runner.p.src), runner.p.lib)
+    self.assertEqual(self.clang_quick_flags(lambda: np.testing.assert_allclose(make().numpy(), want, rtol=1e-4)), [])
+
+  def test_cached_full_build_is_not_built_quick(self):
+    # as in a later process: the kernel's -O2 build is in the compile cache
+    _, ast, want = self.kernel()
+    p, comp = get_program(ast, Device["CPU"].renderer, compile_src=False), Device["CPU"].compiler
+    diskcache_put(comp.cachekey, p.src, comp.compile(p.src))
+    self.assertEqual(self.clang_quick_flags(lambda: setattr(self, "runner", CompiledRunner(p))), [])
+    self.assertFalse(self.runner.quick)
+    self.assertEqual(self.runner.p.lib, diskcache_get(comp.cachekey, p.src))
+
+  def test_schedule_first_build_is_one_quick_clang_call(self):
+    c = float(self.rng.uniform(1, 2))
+    def make(): return [(Tensor(self.x) * c).sum(0), (Tensor(self.x) - c).max(1)]
+    outs = make()
+    self.assertEqual(self.clang_quick_flags(lambda: Tensor.realize(*outs)), [True])
+    np.testing.assert_allclose(outs[0].numpy(), (self.x * np.float32(c)).sum(0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(outs[1].numpy(), (self.x - np.float32(c)).max(1), rtol=1e-6)
+    runners = [get_runner("CPU", si.ast) for si in Tensor.schedule(*make()) if si.ast.op is Ops.SINK]
+    self.assertEqual([r.quick for r in runners], [True, True])
+    # their second run starts both full builds, in one background clang call
+    self.assertEqual(self.clang_quick_flags(lambda: (Tensor.realize(*make()), [r.rebuild.join() for r in runners])), [False])
+
+  def test_jit_graph_captures_full_builds(self):
+    c = float(self.rng.uniform(1, 2))
+    def step(x:Tensor):
+      outs = (x * c).sum(0), (x - c).max(1)
+      Tensor.realize(*outs)
+      return outs
+    f = TinyJit(step)
+    xt = Tensor(self.x).realize()
+    for _ in range(4): a, b = f(xt)
+    runners = [ji.prg for gi in f.captured.jit_cache for ji in getattr(gi.prg, "jit_cache", [gi]) if isinstance(ji.prg, CompiledRunner)]
+    self.assertEqual(len(runners), 2)
+    self.assertFalse(any(r.quick for r in runners))
+    np.testing.assert_allclose(a.numpy(), (self.x * np.float32(c)).sum(0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(b.numpy(), (self.x - np.float32(c)).max(1), rtol=1e-6)
+
+  def test_failed_full_build_keeps_the_quick_one(self):
+    make, ast, want = self.kernel()
+    make().numpy()
+    runner, compile_ = get_runner("CPU", ast), ClangJITCompiler.compile
+    def full_fails(self_, src, quick=False):
+      if not quick: raise subprocess.CalledProcessError(1, "clang")
+      return compile_(self_, src, quick)
+    with unittest.mock.patch.object(ClangJITCompiler, "compile", full_fails):
+      make().numpy()
+      runner.rebuild.join()
+    quick_lib = runner.p.lib
+    np.testing.assert_allclose(make().numpy(), want, rtol=1e-4)
+    self.assertFalse(runner.quick)
+    self.assertEqual(runner.p.lib, quick_lib)
+
+  def test_not_under_beam_or_tiered_0(self):
+    comp = Device["CPU"].compiler
+    self.assertTrue(quick_tier(comp))
+    with Context(BEAM=2): self.assertFalse(quick_tier(comp))
+    with unittest.mock.patch.dict(os.environ, {"TIERED": "0"}):
+      getenv.cache_clear()
+      try: self.assertFalse(quick_tier(comp))
+      finally: getenv.cache_clear()
 
 if __name__ == "__main__":
   unittest.main()
