@@ -3,7 +3,7 @@
 Payne-Hanek reduction (uop/decompositions.py) and that reduction running under a branch (codegen/late/cold_branch.py), clang
 started before it is needed (runtime/support/compiler_cpu.py) and given a schedule's kernels in one file (engine/realize.py). Results are checked against numpy; the kernel structure (opts, float8,
 reductions) is asserted exactly, never timed."""
-import unittest, unittest.mock, math, os, signal, subprocess, sys, platform, mmap, ctypes
+import unittest, unittest.mock, inspect, math, os, signal, subprocess, sys, platform, mmap, ctypes
 import numpy as np
 from tinygrad import Tensor, Device, TinyJit, dtypes, vmap
 from tinygrad.codegen import get_program
@@ -398,8 +398,12 @@ class TestQuickTier(unittest.TestCase):
     return make, ([si for si in make().schedule() if si.ast.op is Ops.SINK][-1].ast), (np.exp(self.x * np.float32(c)) * 0.5).sum(0)
 
   def clang_quick_flags(self, fn) -> list[bool]:
+    return [quick for quick,_ in self.clang_calls(fn)]
+  def clang_calls(self, fn) -> list[tuple[bool, bool]]:
+    """(quick, spare) of each clang run while fn runs"""
     with unittest.mock.patch.object(ClangJITCompiler, "_clang", autospec=True, side_effect=ClangJITCompiler._clang) as clang: fn()
-    return [call.args[2] if len(call.args) > 2 else call.kwargs.get("quick", False) for call in clang.call_args_list]
+    return [tuple(inspect.signature(ClangJITCompiler._clang).bind(*c.args, **c.kwargs).arguments.get(k, True if k == "spare" else False)
+                  for k in ("quick", "spare")) for c in clang.call_args_list]
 
   def test_first_build_is_quick_then_full(self):
     make, ast, want = self.kernel()
@@ -434,8 +438,8 @@ class TestQuickTier(unittest.TestCase):
     np.testing.assert_allclose(outs[1].numpy(), (self.x - np.float32(c)).max(1), rtol=1e-6)
     runners = [get_runner("CPU", si.ast) for si in Tensor.schedule(*make()) if si.ast.op is Ops.SINK]
     self.assertEqual([r.quick for r in runners], [True, True])
-    # their second run starts both full builds, in one background clang call
-    self.assertEqual(self.clang_quick_flags(lambda: (Tensor.realize(*make()), [r.rebuild.join() for r in runners])), [False])
+    # their second run starts both full builds, in one background clang call that starts no spare clang after it
+    self.assertEqual(self.clang_calls(lambda: (Tensor.realize(*make()), [r.rebuild.join() for r in runners])), [(False, False)])
 
   def test_jit_graph_captures_full_builds(self):
     c = float(self.rng.uniform(1, 2))
