@@ -23,9 +23,9 @@ class TestCPUWaitRunsQueuedWork(unittest.TestCase):
   def run_threads(self, fn):
     """fn's result and the threads that ran each task of the CPU device while it ran"""
     threads, run_task = [], ops_cpu.CPUWorker.run_task
-    def recording(worker, task):
+    def recording(worker, task, **kwargs):
       if worker is self.dev.worker: threads.append(threading.current_thread())
-      return run_task(worker, task)
+      return run_task(worker, task, **kwargs)
     with unittest.mock.patch.object(ops_cpu.CPUWorker, "run_task", recording): return fn(), threads
 
   def test_jitted_vmap_kernel_runs_on_the_waiting_thread(self):
@@ -55,6 +55,23 @@ class TestCPUWaitRunsQueuedWork(unittest.TestCase):
       self.assertEqual(log, [(e, i) for i in range(20) for e in ("start", "end")])
       np.testing.assert_allclose(out, a * 3 + 1, rtol=1e-6)
 
+  def test_the_worker_waits_for_a_stolen_task(self):
+    # the task after a stolen one waits on it (in HCQ, on its signal): the worker may take it meanwhile, but must not run it first
+    log = []
+    def cmd(tid, name): log.append(name)
+    for _ in range(10):
+      log.clear()
+      with no_forced_gil_switch():
+        self.dev.tasks.put([cmd, 1, 1, "A"])
+        self.dev.tasks.put([cmd, 1, 1, "B"])
+        if (task:=self.dev.worker.steal()) is not None: break
+      self.dev.synchronize()   # the worker took A first: try again
+    self.assertIsNotNone(task)
+    while self.dev.tasks.queue: time.sleep(0.001)   # the worker takes B (sleeping releases the GIL)
+    self.dev.worker.run_task(task, locked=True)
+    self.dev.tasks.join()
+    self.assertEqual(log, ["A", "B"])
+
   def test_a_task_that_raises_on_the_waiting_thread_still_counts_as_done(self):
     def cmd(tid):
       if threading.current_thread() is threading.main_thread(): raise ZeroDivisionError("queued command failed")
@@ -64,7 +81,7 @@ class TestCPUWaitRunsQueuedWork(unittest.TestCase):
         if (task:=self.dev.worker.steal()) is not None: break
         self.dev.synchronize()   # the worker took it first (a no-op there): try again
       self.assertIsNotNone(task)
-      with self.assertRaises(ZeroDivisionError): self.dev.worker.run_task(task)
+      with self.assertRaises(ZeroDivisionError): self.dev.worker.run_task(task, locked=True)   # steal took the lock
     self.dev.tasks.join()   # would hang if the task were still unfinished
     a = np.random.default_rng(2).standard_normal(64).astype(np.float32)
     np.testing.assert_allclose((Tensor(a) - 2).numpy(), a - 2, rtol=1e-6)
