@@ -805,18 +805,19 @@ sharded row's, which uses both.
 
 ## The table
 
-Each row runs in a fresh worker process. *ms / call*: median of 9 calls after 3 warm-up calls (TinyJit captures on the 2nd) and, on
-the fork, after the clang -O2 builds those calls started in the background (a kernel's first build is -O1), the tinygrad device
-synchronized before the clock stops (`.block_until_ready()` for JAX). *First call*: the first call in that fresh process, inputs
-already on the device and the imports' garbage collected (`gc.collect()`, as timeit keeps GC out): graph building, scheduling, codegen
-and clang (the compile cache is off, `CCACHE=0`; on the fork the -O1 build) and the run; for JAX, trace and XLA compile and the run.
-It swings 1.5-2x from one process to the next, so the vmap and JAX rows show the median of {FIRST_RUNS} fresh processes, run in rounds
-spread over the whole run (each one's figure is `first_runs_ms` in results.json); the breakdown below is the table's own process.
-*Kernels / call*: kernels one steady call runs, and in parentheses the kernels of the per-example function run on ONE example (the
-number vmap should match). *Schedule cache*: misses and hits on the first call; on a steady call (a TinyJit replay doesn't schedule). *GB/s*: (input bytes + output bytes) / time; the % of the copy bandwidth is shown for the memory-bound workloads.
-*÷ tinygrad hand*: eager rows against hand-batched eager, every other row against hand-batched TinyJit. The Python loop and pad+reduce
-rows run a few examples (the loop: separate realized per-example Tensors, so each iteration is a schedule-cache hit) and are extrapolated
-linearly to N; pad+reduce's cost grows as N^2 (N kernels, each writing N slots), so its extrapolation is a lower bound.
+Each row runs in a fresh worker process. *ms / call*: median of 9 calls after 3 warm-up calls (TinyJit captures on the 2nd) and, on the
+fork, after the clang -O2 builds those calls started in the background (a kernel's first build is -O1), the tinygrad device synchronized
+before the clock stops (`.block_until_ready()` for JAX). *First call*: the first call in that fresh process, inputs already on the device
+and the imports' garbage collected (`gc.collect()`, as timeit keeps GC out): graph building, scheduling, codegen and clang (the compile
+cache is off, `CCACHE=0`; on the fork the -O1 build) and the run; for JAX, trace and XLA compile and the run. It swings 1.5-2x from one
+process to the next, so the vmap and JAX rows show the median of {FIRST_RUNS} fresh processes, run in rounds spread over the whole run (each
+one's figure is `first_runs_ms` in results.json); the breakdown below is the table's own process. *Kernels / call*: kernels one steady call
+runs, and in parentheses the kernels of the per-example function run on ONE example (the number vmap should match). *Schedule cache*: misses
+and hits on the first call; on a steady call (a TinyJit replay doesn't schedule). *GB/s*: (input bytes + output bytes) / time; the % of the
+copy bandwidth is shown for the memory-bound workloads. *÷ tinygrad hand*: eager rows against hand-batched eager, every other row against
+hand-batched TinyJit. The Python loop and pad+reduce rows run a few examples (the loop: separate realized per-example Tensors, so each
+iteration is a schedule-cache hit) and are extrapolated linearly to N; pad+reduce's cost grows as N^2 (N kernels, each writing N slots), so
+its extrapolation is a lower bound.
 
 {render_table(d['rows'], d['copy_gbps'])}
 
