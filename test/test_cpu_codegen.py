@@ -460,12 +460,13 @@ class TestQuickTier(unittest.TestCase):
     make, ast, want = self.kernel()
     make().numpy()
     runner, compile_ = get_runner("CPU", ast), ClangJITCompiler.compile
-    def full_fails(self_, src, quick=False):
+    def full_fails(self_, src, quick=False, spare=True):
       if not quick: raise subprocess.CalledProcessError(1, "clang")
-      return compile_(self_, src, quick)
+      return compile_(self_, src, quick, spare)
     with unittest.mock.patch.object(ClangJITCompiler, "compile", full_fails):
       make().numpy()
       runner.rebuild.join()
+    self.assertIsInstance(runner.full_lib, subprocess.CalledProcessError)   # the full build ran, and failed
     quick_lib = runner.p.lib
     np.testing.assert_allclose(make().numpy(), want, rtol=1e-4)
     self.assertFalse(runner.quick)

@@ -55,18 +55,21 @@ class TestCPUWaitRunsQueuedWork(unittest.TestCase):
       self.assertEqual(log, [(e, i) for i in range(20) for e in ("start", "end")])
       np.testing.assert_allclose(out, a * 3 + 1, rtol=1e-6)
 
+  def steal_first(self, *tasks):
+    """puts tasks on the device's queue and steals the first one, as a waiting thread does (again if the worker took it first)"""
+    for _ in range(10):
+      with no_forced_gil_switch():
+        for t in tasks: self.dev.tasks.put(t)
+        if (task:=self.dev.worker.steal()) is not None: return task
+      self.dev.tasks.join()
+    self.fail("the worker took the first task every time")
+
   def test_the_worker_waits_for_a_stolen_task(self):
     # the task after a stolen one waits on it (in HCQ, on its signal): the worker may take it meanwhile, but must not run it first
     log = []
     def cmd(tid, name): log.append(name)
-    for _ in range(10):
-      log.clear()
-      with no_forced_gil_switch():
-        self.dev.tasks.put([cmd, 1, 1, "A"])
-        self.dev.tasks.put([cmd, 1, 1, "B"])
-        if (task:=self.dev.worker.steal()) is not None: break
-      self.dev.synchronize()   # the worker took A first: try again
-    self.assertIsNotNone(task)
+    task = self.steal_first([cmd, 1, 1, "A"], [cmd, 1, 1, "B"])
+    log.clear()   # attempts where the worker took A first
     while self.dev.tasks.queue: time.sleep(0.001)   # the worker takes B (sleeping releases the GIL)
     self.dev.worker.run_task(task, locked=True)
     self.dev.tasks.join()
@@ -75,13 +78,8 @@ class TestCPUWaitRunsQueuedWork(unittest.TestCase):
   def test_a_task_that_raises_on_the_waiting_thread_still_counts_as_done(self):
     def cmd(tid):
       if threading.current_thread() is threading.main_thread(): raise ZeroDivisionError("queued command failed")
-    with no_forced_gil_switch():
-      for _ in range(10):
-        self.dev.tasks.put([cmd, 1, 0])
-        if (task:=self.dev.worker.steal()) is not None: break
-        self.dev.synchronize()   # the worker took it first (a no-op there): try again
-      self.assertIsNotNone(task)
-      with self.assertRaises(ZeroDivisionError): self.dev.worker.run_task(task, locked=True)   # steal took the lock
+    task = self.steal_first([cmd, 1, 0])
+    with self.assertRaises(ZeroDivisionError): self.dev.worker.run_task(task, locked=True)   # steal took the lock
     self.dev.tasks.join()   # would hang if the task were still unfinished
     a = np.random.default_rng(2).standard_normal(64).astype(np.float32)
     np.testing.assert_allclose((Tensor(a) - 2).numpy(), a - 2, rtol=1e-6)
