@@ -3,7 +3,7 @@
 Payne-Hanek reduction (uop/decompositions.py) and that reduction running under a branch (codegen/late/cold_branch.py), clang
 started before it is needed (runtime/support/compiler_cpu.py) and given a schedule's kernels in one file (engine/realize.py). Results are checked against numpy; the kernel structure (opts, float8,
 reductions) is asserted exactly, never timed."""
-import unittest, unittest.mock, inspect, math, os, signal, subprocess, sys, platform, mmap, ctypes
+import threading, unittest, unittest.mock, inspect, math, os, signal, subprocess, sys, platform, mmap, ctypes
 import numpy as np
 from tinygrad import Tensor, Device, TinyJit, dtypes, vmap
 from tinygrad.codegen import get_program
@@ -335,8 +335,13 @@ class TestClangSpare(unittest.TestCase):
 class TestClangOneCallPerSchedule(unittest.TestCase):
   """the kernels a schedule has not compiled yet go to clang as one file (engine/realize.py compile_together): its startup is paid once"""
   def clang_calls(self, fn) -> int:
-    with unittest.mock.patch.object(ClangJITCompiler, "_clang", autospec=True, side_effect=ClangJITCompiler._clang) as clang: fn()
-    return clang.call_count
+    """clang runs on the calling thread while fn runs (not the background -O2 rebuilds a kernel's second run starts, engine/realize.py)"""
+    threads, clang = [], ClangJITCompiler._clang
+    def record(*args, **kwargs):
+      threads.append(threading.current_thread())
+      return clang(*args, **kwargs)
+    with unittest.mock.patch.object(ClangJITCompiler, "_clang", autospec=True, side_effect=record): fn()
+    return sum(t is threading.current_thread() for t in threads)
 
   def test_schedule_is_one_clang_call(self):
     # a constant drawn per run keeps the kernels out of the compile cache (CCACHE) and the method cache

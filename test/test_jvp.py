@@ -101,6 +101,11 @@ class TestReduce(JvpTestCase):
     self.check(lambda x: x.max(1), x, fd_check=False, df=df)
   def test_prod(self): self.check(lambda x: x.prod(1), pos(3, 4), df=lambda x, t: (x.prod(1, keepdims=True)*t/x).sum(1))
   def test_mean(self): self.check(lambda x: x.mean(0), rand(4, 3), df=lambda x, t: t.mean(0))
+  def test_prod_with_zeros(self):
+    # rows with no, one, two and three zeros: t_i * prod_{j!=i} x_j, never ret/x (0/0 at a zero made the whole row nan)
+    x = np.array([[2., -1.5, 3., .5], [2., 0., 3., .5], [0., 1.5, 0., .5], [0., 0., 0., 2.]])
+    def df(x, t): return sum(t[:, i] * np.prod(np.delete(x, i, 1), 1) for i in range(x.shape[1]))
+    self.check(lambda x: x.prod(1), x, df=df)
   def test_var(self):
     self.check(lambda x: x.var(1), rand(3, 6), df=lambda x, t: 2*((x - x.mean(1, keepdims=True))*(t - t.mean(1, keepdims=True))).sum(1)/5)
   def test_logsumexp(self): self.check(lambda x: x.logsumexp(1), rand(3, 5), df=lambda x, t: (np_softmax(x)*t).sum(1))

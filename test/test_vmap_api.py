@@ -40,6 +40,11 @@ class TestInAxes(VmapTestCase):
   def test_python_number_passes_through(self):
     x = rand(4, 3)
     self.assert_close(vmap(lambda x, s: x*s)(Tensor(x), 2.5).numpy(), x*2.5)
+  def test_numpy_array_is_mapped(self):
+    # as jax.vmap maps a numpy array: it becomes a Tensor and in_axes applies to it
+    x, y = rand(4, 3), rand(3, 4)
+    self.assert_close(vmap(lambda x, y: x*y, in_axes=(0, 1))(Tensor(x), y).numpy(), x*y.T)
+    self.assert_close(vmap(lambda x, d: x*d["w"], in_axes=(0, None))(Tensor(x), {"w": y[:, 0]}).numpy(), x*y[:, 0])
   def test_none_leaf_passes_through(self):
     x = rand(4, 3)
     self.assert_close(vmap(lambda x, n: x.sum() if n is None else x, in_axes=(0, None))(Tensor(x), None).numpy(), x.sum(1))
@@ -117,6 +122,18 @@ class TestPytrees(VmapTestCase):
     ys, ws = vmap(lambda x, w: (x*w, w*2), in_axes=(0, None), out_axes=(0, None))(Tensor(x), Tensor(w))
     self.assert_close(ys.numpy(), x*w)
     self.assert_close(ws.numpy(), w*2)
+
+  def test_none_in_output(self):
+    # None is an empty subtree (JAX): it comes back None, also from a chunked vmap with a tail
+    x = rand(5, 3)
+    for chunk_size in (None, 2):
+      y, aux = vmap(lambda x: (x*2, None), chunk_size=chunk_size)(Tensor(x))
+      self.assertIsNone(aux)
+      self.assert_close(y.numpy(), x*2)
+      self.assertIsNone(vmap(lambda x: {"y": x.sum(), "aux": None})(Tensor(x))["aux"])
+
+  def test_python_number_output_is_broadcast(self):
+    self.assert_close(vmap(lambda x: 1.5)(Tensor(rand(5, 3))).numpy(), np.full(5, 1.5))
 
   def test_unbatched_output_with_int_out_axes_is_broadcast(self):
     x, w = rand(5, 3), rand(3)
@@ -354,6 +371,27 @@ class TestRandomness(VmapTestCase):
     d = vmap(lambda x: x + Tensor.rand(3), randomness="different", chunk_size=4)(Tensor.zeros(10, 3)).numpy()
     self.assertEqual(len({tuple(r) for r in d}), 10)
 
+  def test_same_chunked_with_tail(self):
+    # the tail of an uneven chunked vmap is traced again: it shares the chunks' draw (it used to draw its own)
+    d = vmap(lambda x: x + Tensor.rand(3), randomness="same", chunk_size=2)(Tensor.zeros(5, 3)).numpy()
+    for row in d[1:]: np.testing.assert_array_equal(row, d[0])
+
+  def test_chunks_keep_the_stream(self):
+    # chunked or not, the draws are those of Tensor.rand(N, *shape): the same seed gives the same batch
+    for mode in ("same", "different"):
+      for chunk_size in (2, 3, 1):
+        Tensor.manual_seed(7)
+        whole = vmap(lambda x: x + Tensor.rand(3), randomness=mode)(Tensor.zeros(7, 3)).numpy()
+        Tensor.manual_seed(7)
+        np.testing.assert_array_equal(vmap(lambda x: x + Tensor.rand(3), randomness=mode, chunk_size=chunk_size)(Tensor.zeros(7, 3)).numpy(), whole)
+
+  def test_nested_chunked_tails(self):
+    # an outer "different" chunked with a tail around an inner "same" chunked with a tail: one draw per outer example, shared inside
+    f = vmap(vmap(lambda x: x + Tensor.rand(2), randomness="same", chunk_size=3), randomness="different", chunk_size=2)
+    d = f(Tensor.zeros(5, 4, 2)).numpy()
+    for rows in d: np.testing.assert_array_equal(rows, np.broadcast_to(rows[0], rows.shape))
+    self.assertEqual(len({tuple(rows[0]) for rows in d}), 5)
+
   def test_nested_different(self):
     d = vmap(vmap(lambda x: x + Tensor.rand(2), randomness="different"), randomness="different")(Tensor.zeros(4, 5, 2)).numpy()
     self.assertEqual(len({tuple(r) for r in d.reshape(-1, 2)}), 20)
@@ -365,6 +403,40 @@ class TestRandomness(VmapTestCase):
 
   def test_bad_mode(self):
     with self.assertRaisesRegex(ValueError, "randomness must be one of"): vmap(per_row, randomness="sometimes")
+
+class TestAssign(VmapTestCase):
+  """assign inside a vmapped function: a target with no data yet takes the per-example value, a buffer shared by the examples refuses"""
+  def test_clone(self):
+    x = rand(4, 3)
+    self.assert_close(vmap(lambda a: a.clone() * 2)(Tensor(x)).numpy(), x * 2)   # clone is empty().assign(a): every row was the last one
+
+  def test_assign_to_unrealized(self):
+    x = rand(4, 3)
+    self.assert_close(vmap(lambda a: Tensor.empty(3, dtype=a.dtype).assign(a.exp()) + 1)(Tensor(x)).numpy(), np.exp(x) + 1)
+    self.assert_close(vmap(lambda a: Tensor.zeros(3, dtype=a.dtype).contiguous().assign(a * 3))(Tensor(x)).numpy(), x * 3)
+
+  def test_inplace_on_shared_buffer_raises(self):
+    def f(a):
+      b = Tensor.ones(3, dtype=a.dtype).contiguous().realize()
+      b *= a    # every example would write b: it multiplied the whole batch into it
+      return b
+    with self.assertRaisesRegex(RuntimeError, "depends on a vmapped example to a Tensor that doesn't"): vmap(f)(Tensor(rand(4, 3)))
+
+  def test_setitem_on_shared_buffer_raises(self):
+    def f(a):
+      b = Tensor.zeros(5, dtype=a.dtype).contiguous()
+      b[1:4] = a   # the write was dropped: every row came back zeros
+      return b
+    with self.assertRaisesRegex(RuntimeError, "every example would write the same buffer"): vmap(f)(Tensor(rand(4, 3)))
+
+  def test_outer_tensor_is_left_intact(self):
+    acc_np = rand(3)
+    acc = Tensor(acc_np).realize()
+    def f(a, acc):
+      acc += a
+      return acc * 1
+    with self.assertRaisesRegex(RuntimeError, "every example would write the same buffer"): vmap(f, in_axes=(0, None))(Tensor(rand(4, 3)), acc)
+    self.assert_close(acc.numpy(), acc_np)
 
 class TestErrors(unittest.TestCase):
   def raises(self, exc, msg, fn, *args, **kw):
@@ -395,7 +467,8 @@ class TestErrors(unittest.TestCase):
   def test_all_unmapped(self):
     self.raises(ValueError, "at least one non-None value in in_axes", lambda a: a, Tensor.empty(3), in_axes=None)
   def test_returns_non_tensor(self):
-    self.raises(TypeError, "must return a Tensor or a tuple/list/dict of Tensors, got int at output", lambda a: 3, Tensor.empty(3))
+    self.raises(TypeError, "must return a Tensor, a Python number, None or a tuple/list/dict of those, got object at output",
+                lambda a: object(), Tensor.empty(3))
   def test_returns_structure_with_non_tensor(self):
     self.raises(TypeError, r"got str at output\[1\]", lambda a: (a, "s"), Tensor.empty(3))
   def test_out_axes_out_of_range(self):

@@ -112,6 +112,16 @@ class TestJacobians(VmapTestCase):
     want[0, 1] = want[1, 0] = 1
     self.assert_close(H, want)
 
+  def test_prod_at_zeros(self):
+    # jacfwd, jacrev and the hessian of prod where an entry or two is 0: d/dx_i = prod_{j!=i} x_j, d2/dx_i dx_j = prod_{k!=i,j} x_k
+    def others(x, *skip): return np.prod(np.delete(x, list(skip)))
+    for x in (np.array([2., 0., 3., .5]), np.array([2., 0., 3., 0.])):
+      grad = np.array([others(x, i) for i in range(4)])
+      H = np.array([[0. if i == j else others(x, i, j) for j in range(4)] for i in range(4)])
+      for jac in (jacfwd, jacrev): self.assert_close(jac(lambda a: a.prod())(Tensor(x)).numpy(), grad)
+      for hess in (hessian, lambda f: jacfwd(jacfwd(f)), lambda f: jacrev(jacrev(f))):
+        self.assert_close(hess(lambda a: a.prod())(Tensor(x)).numpy(), H)
+
   def test_bad_argnums(self):
     with self.assertRaisesRegex(ValueError, "argnums 2 is out of range"): jacfwd(lambda x: x, argnums=2)(Tensor(rand(3)))
     with self.assertRaisesRegex(TypeError, "float Tensors"): jacfwd(lambda x: x)(Tensor([1, 2, 3]))

@@ -66,6 +66,30 @@ class TestPerExampleGradients(VmapTestCase):
     s = Tensor(Tensor(xs).vmapin(varg(2, {0: r})).uop.reduce(r, arg=Ops.ADD))
     self.assert_close(s.vmapout(varg(2, {0: r})).numpy(), np.broadcast_to(xs.sum(0), (N, D)))
 
+class TestChunkedSharedWeight(VmapTestCase):
+  """the gradient of a weight every example shares, through a chunked vmap: the sum over every chunk, its tail, and one-example ranges"""
+  def grad_w(self, n:int, chunk_size:int|None, backward=False):
+    w, xs = rand(D), rand(n, D)
+    wt = Tensor(w, requires_grad=True)
+    losses = vmap(lambda x, w: (x * w).sum().sin(), in_axes=(0, None), chunk_size=chunk_size)(Tensor(xs), wt)
+    if backward: losses.sum().backward()
+    got = wt.grad if backward else losses.sum().gradient(wt)[0]
+    self.assert_close(got.numpy(), (np.cos(xs @ w)[:, None] * xs).sum(0))
+
+  def test_even_chunks(self): self.grad_w(6, 3)
+  def test_chunks_and_tail(self): self.grad_w(8, 3)        # it summed every (chunk, tail) pair: paths from two scopes spanned each other
+  def test_tail_of_one(self): self.grad_w(7, 3)            # a RANGE of one iteration is no REDUCE source
+  def test_one_chunk_and_tail(self): self.grad_w(4, 3)
+  def test_chunk_size_one(self): self.grad_w(4, 1)
+  def test_backward(self): self.grad_w(8, 3, backward=True)
+
+  def test_nested(self):
+    w, xs = rand(D), rand(4, 5, D)
+    wt = Tensor(w, requires_grad=True)
+    inner = vmap(lambda x, w: (x * w).sum() ** 2, in_axes=(0, None), chunk_size=2)
+    vmap(inner, in_axes=(0, None), chunk_size=3)(Tensor(xs), wt).sum().backward()
+    self.assert_close(wt.grad.numpy(), np.einsum("ij,ijd->d", 2 * (xs @ w), xs))
+
 class TestBackwardInsideScope(unittest.TestCase):
   def test_backward_inside_vmap_raises(self):
     w = Tensor(rand(D), requires_grad=True)

@@ -9,6 +9,7 @@ import math
 from typing import Any, Callable, Sequence
 from tinygrad.dtype import dtypes
 from tinygrad.uop.ops import UOp, PatternMatcher, UPat, Ops, GroupOp
+from tinygrad.gradient import prod_of_others
 from tinygrad.tensor import Tensor
 from tinygrad.vmap import _leaves, _tree_map
 
@@ -23,8 +24,8 @@ def _same(ret:UOp, t:UOp|None) -> UOp|None:
 
 def _no_tangent(op:Ops, why:str): raise NotImplementedError(f"no tangent for {op}: {why}")
 
-def reduce_tangent(t:UOp, ret:UOp, op:Ops, red:Callable[[UOp], UOp]) -> UOp:
-  """the tangent of ret = the `op` reduce of x, where `red` reduces a UOp of x's shape the way ret reduces x"""
+def reduce_tangent(t:UOp, ret:UOp, op:Ops, red:Callable[..., UOp]) -> UOp:
+  """the tangent of ret = the `op` reduce of x, where `red(u, op=ADD)` reduces a UOp of x's shape with `op` over the axes ret reduces"""
   x = ret.src[0]
   def like_x(u:UOp) -> UOp: return u if u.shape == x.shape else u.expand(x.shape)
   if op is Ops.ADD: return red(t)
@@ -32,7 +33,7 @@ def reduce_tangent(t:UOp, ret:UOp, op:Ops, red:Callable[[UOp], UOp]) -> UOp:
     # the tangent at the max, split evenly between ties (like gradient.py, so jvp and vjp stay each other's transpose)
     mask = x.eq(like_x(ret)).cast(t.dtype)
     return red(mask * t) / red(mask)
-  if op is Ops.MUL: return red(t * like_x(ret) / x)
+  if op is Ops.MUL: return red(t * prod_of_others(x, lambda u, op: like_x(red(u, op))))
   _no_tangent(ret.op, f"reduce {op} is not differentiable")
 
 # ctx is the tuple of the tangents of ret's srcs (None: zero); a rule is only called when one of them is nonzero and returns ret's tangent
@@ -62,9 +63,9 @@ pm_tangent = PatternMatcher([
   # the condition has no tangent: select the tangents with it
   (UPat(Ops.WHERE, name="ret"), lambda ctx, ret: None if ctx[1] is None and ctx[2] is None else \
     ret.src[0].where(_zero(ctx[1], ret), _zero(ctx[2], ret))),
-  (UPat(Ops.REDUCE_AXIS, name="ret"), lambda ctx, ret: reduce_tangent(ctx[0], ret, ret.arg[0], lambda u: u.r(Ops.ADD, ret.arg[1]))),
+  (UPat(Ops.REDUCE_AXIS, name="ret"), lambda ctx, ret: reduce_tangent(ctx[0], ret, ret.arg[0], lambda u, op=Ops.ADD: u.r(op, ret.arg[1]))),
   # REDUCE over RANGEs: what compute_gradient sums a per-example gradient with at the end of a vmap scope
-  (UPat(Ops.REDUCE, name="ret"), lambda ctx, ret: reduce_tangent(ctx[0], ret, ret.arg, lambda u: u.reduce(*ret.src[1:], arg=Ops.ADD))),
+  (UPat(Ops.REDUCE, name="ret"), lambda ctx, ret: reduce_tangent(ctx[0], ret, ret.arg, lambda u, op=Ops.ADD: u.reduce(*ret.src[1:], arg=op))),
   # linear and structural ops: the same op on the tangent. VMAPIN/VMAPOUT keep their vargs: the tangent of a value inside a scope is
   # inside the same scope
   (UPat(GroupOp.Movement, name="ret"), lambda ctx, ret: _same(ret, ctx[0])),

@@ -52,6 +52,11 @@ def _tree_map(fn:Callable, tree, spec, path:str, what:str):
   specs = [spec[k] for k in tree] if isinstance(spec, dict) else list(spec)
   return _rebuild(tree, [_tree_map(fn, v, s, path+k, what) for (k,v),s in zip(_children(tree), specs)])
 
+def _arrays_to_tensors(tree):
+  """numpy arrays among the arguments become Tensors, as jax.vmap takes them as arrays: they are mapped by in_axes like Tensors"""
+  if _is_node(tree): return _rebuild(tree, [_arrays_to_tensors(v) for _,v in _children(tree)])
+  return Tensor(tree) if type(tree).__name__ == "ndarray" and type(tree).__module__ == "numpy" else tree
+
 def _leaves(tree) -> list:
   return [l for _,v in _children(tree) for l in _leaves(v)] if _is_node(tree) else [tree]
 
@@ -61,10 +66,16 @@ RANDOMNESS = ("error", "same", "different")
 
 @dataclass
 class _Scope:
-  """one vmap scope: the batch of `size` examples runs as a LOOP RANGE, or, chunked, as an OUTER RANGE over chunks around a LOOP RANGE"""
+  """one vmap scope: the batch of `size` examples runs as a LOOP RANGE, or, chunked, as an OUTER RANGE over chunks around a LOOP RANGE.
+  A chunked vmap whose batch doesn't divide runs a second scope for the tail: the examples start:start+size of a batch of `batch`."""
   size: int
   rngs: tuple[UOp, ...]   # (loop,) or (outer over chunks, loop in a chunk)
   randomness: str
+  start: int = 0
+  batch: int = -1
+
+  def __post_init__(self):
+    if self.batch < 0: self.batch = self.size
 
   def enter(self, x:Tensor, axis:int) -> Tensor:
     """one example of x, whose axis `axis` is this scope's batch"""
@@ -86,14 +97,31 @@ def _rand_in_scope(shape:tuple[int, ...], **kwargs) -> Tensor|None:
     raise RuntimeError("vmap: random numbers (Tensor.rand/randn/randint/dropout, ...) inside a vmapped function need a randomness mode: "
                        "vmap(fn, randomness='same') shares one draw across the batch, randomness='different' draws per example")
   different = [s for s in _scopes if s.randomness == "different"]
-  if not different: return None
-  tinygrad.tensor.rand_hook = None
-  try:
-    # the draws of the whole batch, taken outside the scopes, then one example of them inside each scope
-    ret = Tensor.rand(*[s.size for s in different], *shape, **kwargs)
-  finally: tinygrad.tensor.rand_hook = _rand_in_scope
-  for s in different: ret = s.enter(ret, 0)
+  if not different and not _draws: return None
+  if (replay:=next((d for d in _draws if d.replaying), None)) is not None and replay.pos < len(replay.drawn): ret = replay.drawn[replay.pos]
+  else:
+    tinygrad.tensor.rand_hook = None
+    try:
+      # the draws of every example of the whole batch, taken outside the scopes; each scope takes its examples, then one of them
+      ret = Tensor.rand(*[s.batch for s in different], *shape, **kwargs)
+    finally: tinygrad.tensor.rand_hook = _rand_in_scope
+  if replay is not None: replay.pos += 1
+  for d in _draws:
+    if not d.replaying: d.drawn.append(ret)
+  for s in different:
+    ret = s.enter(ret if s.size == s.batch else ret.shrink(((s.start, s.start+s.size),)+(None,)*(ret.ndim-1)), 0)
   return ret
+
+@dataclass
+class _Draws:
+  """the random draws of a chunked vmap's chunks, taken again by its tail: the tail's examples get the draws of the same batch (one
+  shared draw with "same", their own examples' with "different"). The outermost replaying vmap decides: it retraces all inside it."""
+  drawn: list[Tensor]
+  replaying: bool = False
+  pos: int = 0
+
+# the draws of the chunked vmaps being traced, outermost first
+_draws: list[_Draws] = []
 
 # *** vmap ***
 
@@ -147,6 +175,7 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
   @functools.wraps(fn)
   def vmapped(*args, **kwargs):
     names = arg_names(len(args))
+    args, kwargs = _arrays_to_tensors(args), {k: _arrays_to_tensors(v) for k,v in kwargs.items()}
     if isinstance(in_axes, (tuple, list)) and len(in_axes) != len(args):
       raise ValueError(f"vmap in_axes must be an int, None, or a tuple of entries corresponding to the positional arguments passed to the "
                        f"function, but got len(in_axes)={len(in_axes)}, len(args)={len(args)}")
@@ -187,7 +216,10 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
         _scopes.pop()
         tinygrad.tensor.rand_hook = prev_hook
       def exit_(y, axis, path):
-        if not isinstance(y, Tensor): raise TypeError(f"vmap: fn must return a Tensor or a tuple/list/dict of Tensors, got {type(y).__name__} at {path}")
+        if y is None: return None   # an empty subtree, as in JAX
+        if isinstance(y, (int, float)): y = Tensor(y)   # a Python number is an output that doesn't depend on the batch
+        if not isinstance(y, Tensor):
+          raise TypeError(f"vmap: fn must return a Tensor, a Python number, None or a tuple/list/dict of those, got {type(y).__name__} at {path}")
         batched = any(r in y.uop.ranges for r in scope.rngs)
         if axis is None:
           if batched: raise ValueError(f"vmap has mapped output but out_axes is None for {path}: it depends on the batch")
@@ -200,14 +232,18 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
 
     if n == 0 or chunk_size is None or chunk_size >= n: return call(_Scope(n, (UOp.range(n, next(_vmap_range_ids)),), randomness), 0, n)
     chunks, rest = divmod(n, chunk_size)
-    main = call(_Scope(chunks*chunk_size, (UOp.range(chunks, next(_vmap_range_ids), AxisType.OUTER), UOp.range(chunk_size, next(_vmap_range_ids))),
-                       randomness), 0, chunks*chunk_size)
-    if rest == 0: return main
-    tail = call(_Scope(rest, (UOp.range(rest, next(_vmap_range_ids)),), randomness), chunks*chunk_size, n)
+    _draws.append(draws:=_Draws([]))
+    try:
+      main = call(_Scope(chunks*chunk_size, (UOp.range(chunks, next(_vmap_range_ids), AxisType.OUTER),
+                                             UOp.range(chunk_size, next(_vmap_range_ids))), randomness, 0, n), 0, chunks*chunk_size)
+      if rest == 0: return main
+      draws.replaying = True
+      tail = call(_Scope(rest, (UOp.range(rest, next(_vmap_range_ids)),), randomness, chunks*chunk_size, n), chunks*chunk_size, n)
+    finally: _draws.pop()
     # the two parts of every output leaf go back together on its batch axis
     tails = iter(_leaves(tail))
     def join(m:Tensor, axis:int|None, _) -> Tensor:
       t = next(tails)
-      return m if axis is None else m.cat(t, dim=axis % m.ndim)
+      return m if axis is None or m is None else m.cat(t, dim=axis % m.ndim)
     return _tree_map(join, main, out_axes, "output", "out_axes")
   return vmapped
