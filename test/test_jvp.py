@@ -170,6 +170,13 @@ class TestApi(JvpTestCase):
     x, y, tx = rand(4), rand(4), rand(4)
     _, dout = jvp(lambda x, y: x*y, (T(x), T(y)), (T(tx), None))
     self.assert_close(dout.numpy(), tx*y)
+  def test_pytree_primals(self):
+    x, y, tx, ty = rand(3), rand(2), rand(3), rand(2)
+    out, dout = jvp(lambda p: p["x"].exp() * p["y"][0].sum(), ({"x": T(x), "y": (T(y),)},), ({"x": T(tx), "y": (T(ty),)},))
+    self.assert_close(dout.numpy(), np.exp(x) * tx * y.sum() + np.exp(x) * ty.sum())
+  def test_pytree_structure_mismatch(self):
+    with self.assertRaisesRegex(ValueError, "jvp primal 0 and its tangent have different structures"):
+      jvp(lambda p: p["x"], ({"x": T(rand(3))},), ((T(rand(3)),),))
   def test_pytree_output(self):
     x, tx = rand(3), rand(3)
     out, dout = jvp(lambda x: {"a": x.sin(), "b": (x*2, [x.exp(), x.sum()])}, (T(x),), (T(tx),))

@@ -105,6 +105,26 @@ class TestJacobians(VmapTestCase):
     self.assert_close(out["s"].numpy(), np.ones(3))
     self.assert_close(out["e"].numpy(), np.diag(np.exp(x)))
 
+  def test_pytree_argument(self):
+    # a dict of parameters, as JAX takes it: the Jacobian has the output's structure of the argument's structure
+    w, v = rand(3), rand(2)
+    f = lambda p: (p["w"] * p["bv"][1]).sin() * p["bv"][0].sum()
+    for jac in (jacfwd, jacrev):
+      J = jac(f)({"w": Tensor(w), "bv": (Tensor(v), Tensor(w))})
+      self.assertEqual(set(J), {"w", "bv"})
+      self.assert_close(J["w"].numpy(), np.diag(np.cos(w * w) * w * v.sum()))
+      self.assert_close(J["bv"][0].numpy(), np.broadcast_to(np.sin(w * w)[:, None], (3, 2)))
+      self.assert_close(J["bv"][1].numpy(), np.diag(np.cos(w * w) * w * v.sum()))
+
+  def test_pytree_argument_hessian(self):
+    w, x = rand(3), rand(3)
+    H = hessian(lambda p: (p["a"] * p["b"]).sin().sum())({"a": Tensor(w), "b": Tensor(x)})
+    self.assert_close(H["a"]["a"].numpy(), np.diag(-np.sin(w * x) * x * x))
+    self.assert_close(H["a"]["b"].numpy(), np.diag(np.cos(w * x) - np.sin(w * x) * w * x))
+
+  def test_pytree_argument_not_float(self):
+    with self.assertRaisesRegex(TypeError, "argument 0 holds int"): jacfwd(lambda p: p["a"])({"a": Tensor(rand(3)), "n": 3})
+
   def test_hessian(self):
     x = rand(4)
     H = hessian(lambda x: (x*x*x).sum() + x[0]*x[1])(Tensor(x)).numpy()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable
 from tinygrad.dtype import dtypes
 from tinygrad.tensor import Tensor
-from tinygrad.vmap import vmap, _tree_map
+from tinygrad.vmap import vmap, _tree_map, _leaves
 from tinygrad.jvp import jvp
 
 def _argnums(argnums:int|tuple[int, ...], args:tuple, fn:str) -> tuple[int, ...]:
@@ -16,37 +16,48 @@ def _argnums(argnums:int|tuple[int, ...], args:tuple, fn:str) -> tuple[int, ...]
   if not nums or not all(isinstance(i, int) for i in nums): raise TypeError(f"{fn} argnums must be an int or a tuple of ints, got {argnums!r}")
   for i in nums:
     if not -len(args) <= i < len(args): raise ValueError(f"{fn} argnums {i} is out of range for {len(args)} positional arguments")
-    if not isinstance(args[i], Tensor) or not dtypes.is_float(args[i].dtype):
-      raise TypeError(f"{fn} differentiates float Tensors, argument {i} is {type(args[i]).__name__}"+
-                      (f" of {args[i].dtype}" if isinstance(args[i], Tensor) else ""))
+    # an argument may be a pytree (tuples, lists, dicts) of Tensors, as in JAX: every leaf is differentiated
+    for leaf in _leaves(args[i]):
+      if not isinstance(leaf, Tensor) or not dtypes.is_float(leaf.dtype):
+        raise TypeError(f"{fn} differentiates float Tensors, argument {i} {'is' if leaf is args[i] else 'holds'} {type(leaf).__name__}"+
+                        (f" of {leaf.dtype}" if isinstance(leaf, Tensor) else ""))
   return tuple(i % len(args) for i in nums)
 
 def _tree_apply(fn:Callable, tree): return _tree_map(lambda leaf, _spec, _path: fn(leaf), tree, None, "", "")
+def _unflatten(like, leaves:list):
+  it = iter(leaves)
+  return _tree_apply(lambda _: next(it), like)
 
-def _with(args:tuple, nums:tuple[int, ...], values) -> list:
-  """args with args[nums[k]] replaced by values[k]"""
-  ret = list(args)
-  for i,v in zip(nums, values): ret[i] = v
+def _with(args:tuple, nums:tuple[int, ...], leaves:list) -> list:
+  """args with the leaves of each args[nums[k]], in order, replaced by `leaves`"""
+  ret, it = list(args), iter(leaves)
+  for i in nums: ret[i] = _unflatten(args[i], [next(it) for _ in _leaves(args[i])])
   return ret
+
+def _per_argument(args:tuple, nums:tuple[int, ...], argnums, jacs:list):
+  """the Jacobians of the leaves (in the order of `_with`) back in each differentiated argument's structure, one per argnum"""
+  ret = _with(args, nums, jacs)
+  return ret[nums[0]] if isinstance(argnums, int) else tuple(ret[i] for i in nums)
 
 def jacfwd(fn:Callable, argnums:int|tuple[int, ...]=0) -> Callable:
   """
   The Jacobian of `fn` with respect to the positional arguments `argnums`, by forward mode: for an output of shape `o` and an argument
-  of shape `a`, a Tensor of shape `o + a`. A tuple `argnums` gives a tuple of Jacobians, a pytree output a pytree of them.
+  of shape `a`, a Tensor of shape `o + a`. A tuple `argnums` gives a tuple of Jacobians, a pytree output a pytree of them, and a pytree
+  argument (a dict of parameters) a Jacobian of its structure for each output leaf, as in JAX.
   """
   def jacobian(*args):
     nums = _argnums(argnums, args, "jacfwd")
-    sizes = [args[i].numel() for i in nums]
+    xs = [x for i in nums for x in _leaves(args[i])]
+    sizes = [x.numel() for x in xs]
     offsets = [sum(sizes[:k]) for k in range(len(sizes))]
     def directional(e:Tensor):
       # one basis direction e of all differentiated arguments at once: each argument's tangent is its slice of e
-      tangents = [e[o:o+s].reshape(args[i].shape).cast(args[i].dtype) for i,o,s in zip(nums, offsets, sizes)]
-      return jvp(lambda *xs: fn(*_with(args, nums, xs)), tuple(args[i] for i in nums), tuple(tangents))[1]
-    basis = Tensor.eye(sum(sizes), dtype=args[nums[0]].dtype, device=args[nums[0]].device)
+      tangents = [e[o:o+s].reshape(x.shape).cast(x.dtype) for x,o,s in zip(xs, offsets, sizes)]
+      return jvp(lambda *leaves: fn(*_with(args, nums, list(leaves))), tuple(xs), tuple(tangents))[1]
+    basis = Tensor.eye(sum(sizes), dtype=xs[0].dtype, device=xs[0].device)
     cols = vmap(directional, out_axes=-1)(basis)
     def split(col:Tensor):
-      jacs = tuple(col[..., o:o+s].reshape(col.shape[:-1] + args[i].shape) for i,o,s in zip(nums, offsets, sizes))
-      return jacs[0] if isinstance(argnums, int) else jacs
+      return _per_argument(args, nums, argnums, [col[..., o:o+s].reshape(col.shape[:-1] + x.shape) for x,o,s in zip(xs, offsets, sizes)])
     return _tree_apply(split, cols)
   return jacobian
 
@@ -57,13 +68,13 @@ def jacrev(fn:Callable, argnums:int|tuple[int, ...]=0) -> Callable:
   """
   def jacobian(*args):
     nums = _argnums(argnums, args, "jacrev")
+    xs = [x for i in nums for x in _leaves(args[i])]
     out = fn(*args)
     def rows(y):
       if not isinstance(y, Tensor): raise TypeError(f"jacrev: fn must return Tensors, got {type(y).__name__}")
-      def vjp(ct:Tensor): return y.gradient(*[args[i] for i in nums], gradient=ct.reshape(y.shape).cast(y.dtype), materialize_grads=True)
+      def vjp(ct:Tensor): return y.gradient(*xs, gradient=ct.reshape(y.shape).cast(y.dtype), materialize_grads=True)
       grads = vmap(vjp)(Tensor.eye(y.numel(), dtype=y.dtype, device=y.device))
-      jacs = tuple(g.reshape(y.shape + args[i].shape) for i,g in zip(nums, grads))
-      return jacs[0] if isinstance(argnums, int) else jacs
+      return _per_argument(args, nums, argnums, [g.reshape(y.shape + x.shape) for x,g in zip(xs, grads)])
     return _tree_apply(rows, out)
   return jacobian
 

@@ -103,6 +103,16 @@ def jvp_uops(outputs:list[UOp], inputs:list[UOp], tangents:list[UOp|None]) -> li
 
 # *** Tensors ***
 
+def _structure(tree) -> str:
+  return type(tree).__name__ + ("{" + ", ".join(f"{k!r}: {_structure(v)}" for k,v in tree.items()) + "}" if isinstance(tree, dict) else
+                                "(" + ", ".join(_structure(v) for v in tree) + ")" if isinstance(tree, (tuple, list)) else "")
+def _same_structure(a, b) -> bool:
+  if isinstance(a, dict) or isinstance(b, dict):
+    return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(_same_structure(a[k], b[k]) for k in a)
+  if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+    return isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b) and all(map(_same_structure, a, b))
+  return b is None or not isinstance(b, (tuple, list, dict))
+
 def _check(primals:Sequence[Tensor], tangents:Sequence[Tensor|None], what:str):
   if len(primals) != len(tangents): raise ValueError(f"{what} got {len(primals)} primals but {len(tangents)} tangents")
   for i,(x,t) in enumerate(zip(primals, tangents)):
@@ -147,10 +157,15 @@ def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]
   if not callable(fn): raise TypeError(f"jvp expects a function, got {fn!r}")
   if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
     raise TypeError(f"jvp primals and tangents must be tuples or lists, got {type(primals).__name__} and {type(tangents).__name__}")
-  _check(primals, tangents, "jvp")
-  if len(set(x.uop for x in primals)) != len(primals): raise ValueError("jvp got the same Tensor as two primals, pass distinct Tensors")
+  # an argument may be a pytree (tuples, lists, dicts) of Tensors: its tangent has the same structure
+  if len(primals) == len(tangents) and (bad:=next((i for i,(x,t) in enumerate(zip(primals, tangents)) if not _same_structure(x, t)), None)) \
+      is not None:
+    raise ValueError(f"jvp primal {bad} and its tangent have different structures: {_structure(primals[bad])} and {_structure(tangents[bad])}")
+  flat_primals, flat_tangents = _leaves(list(primals)), _leaves(list(tangents))
+  _check(flat_primals, flat_tangents, "jvp")
+  if len(set(x.uop for x in flat_primals)) != len(flat_primals): raise ValueError("jvp got the same Tensor as two primals, pass distinct Tensors")
   out = fn(*primals)
   if bad:=[l for l in _leaves(out) if not isinstance(l, Tensor)]:
     raise TypeError(f"jvp: fn must return a Tensor or a tuple/list/dict of Tensors, got a {type(bad[0]).__name__}")
-  touts = iter(jvp_tensors(_leaves(out), primals, tangents))
+  touts = iter(jvp_tensors(_leaves(out), flat_primals, flat_tangents))
   return out, _tree_map(lambda _y, _s, _p: next(touts), out, None, "output", "out")
