@@ -134,6 +134,9 @@ class TestPytrees(VmapTestCase):
 
   def test_python_number_output_is_broadcast(self):
     self.assert_close(vmap(lambda x: 1.5)(Tensor(rand(5, 3))).numpy(), np.full(5, 1.5))
+  def test_numpy_output_is_broadcast(self):
+    c = rand(2)
+    self.assert_close(vmap(lambda x: c)(Tensor(rand(5, 3))).numpy(), np.broadcast_to(c, (5, 2)))
 
   def test_unbatched_output_with_int_out_axes_is_broadcast(self):
     x, w = rand(5, 3), rand(3)

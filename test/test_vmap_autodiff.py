@@ -142,6 +142,16 @@ class TestJacobians(VmapTestCase):
       for hess in (hessian, lambda f: jacfwd(jacfwd(f)), lambda f: jacrev(jacrev(f))):
         self.assert_close(hess(lambda a: a.prod())(Tensor(x)).numpy(), H)
 
+  def test_has_aux(self):
+    # fn returns (output, aux): the Jacobian of output, aux as it is (JAX's has_aux)
+    x = rand(3)
+    for jac, want in ((jacfwd, np.diag(2*x*np.cos(x*x))), (jacrev, np.diag(2*x*np.cos(x*x))),
+                      (hessian, np.diag(2*np.cos(x*x) - 4*x*x*np.sin(x*x)))):
+      J, aux = jac(lambda a: ((a*a).sin() if jac is not hessian else (a*a).sin().sum(), {"e": a.exp().sum()}), has_aux=True)(Tensor(x))
+      self.assert_close(J.numpy(), want)
+      self.assert_close(aux["e"].numpy(), np.asarray(np.exp(x).sum()))
+    with self.assertRaisesRegex(TypeError, "has_aux=True fn must return a pair"): jacfwd(lambda a: a.sin(), has_aux=True)(Tensor(x))
+
   def test_bad_argnums(self):
     with self.assertRaisesRegex(ValueError, "argnums 2 is out of range"): jacfwd(lambda x: x, argnums=2)(Tensor(rand(3)))
     with self.assertRaisesRegex(TypeError, "float Tensors"): jacfwd(lambda x: x)(Tensor([1, 2, 3]))

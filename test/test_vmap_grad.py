@@ -83,6 +83,37 @@ class TestChunkedSharedWeight(VmapTestCase):
   def test_chunk_size_one(self): self.grad_w(4, 1)
   def test_backward(self): self.grad_w(8, 3, backward=True)
 
+  def test_shared_weight_outside_the_examples_op(self):
+    # b multiplies a per-example scalar: its gradient sums x.sum() over the examples (it failed codegen's verification with 2+ chunks)
+    b, xs = rand(2), rand(6, D)
+    bt = Tensor(b, requires_grad=True)
+    vmap(lambda b, x: x.sum() * b, in_axes=(None, 0), chunk_size=2)(bt, Tensor(xs)).sum().backward()
+    self.assert_close(bt.grad.numpy(), np.full(2, xs.sum()))
+
+  def test_loss_reads_the_outputs(self):
+    # the loss's cotangent depends on every chunk's output: backward runs its chunks in a loop of its own (in the forward's loop the
+    # schedule was a cycle: "the outer ranges make a cycle")
+    w, c, xs = rand(D), rand(D), rand(5, D)
+    wt = Tensor(w, requires_grad=True)
+    o = vmap(lambda w, x: x * w * Tensor(c), in_axes=(None, 0), chunk_size=2)(wt, Tensor(xs))
+    (o * o).sum().backward()
+    self.assert_close(wt.grad.numpy(), (2 * xs * w * c * xs * c).sum(0))
+
+  def test_mlp_softmax_loss(self):
+    w1, w2, xs, k = rand(D, H), rand(H, C), rand(9, D), np.arange(C, dtype=np.float64)
+    t1, t2, tx = Tensor(w1, requires_grad=True), Tensor(w2, requires_grad=True), Tensor(xs, requires_grad=True)
+    logits = vmap(lambda w1, w2, x: (x @ w1).relu() @ w2, in_axes=(None, None, 0), chunk_size=4)(t1, t2, tx)
+    (logits.softmax(-1) * Tensor(k)).sum().backward()
+    h = xs @ w1
+    z = np.maximum(h, 0) @ w2
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dz = p * (k - (p * k).sum(1, keepdims=True))
+    dh = (dz @ w2.T) * (h > 0)
+    self.assert_close(t2.grad.numpy(), np.maximum(h, 0).T @ dz)
+    self.assert_close(t1.grad.numpy(), xs.T @ dh)
+    self.assert_close(tx.grad.numpy(), dh @ w1.T)
+
   def test_nested(self):
     w, xs = rand(D), rand(4, 5, D)
     wt = Tensor(w, requires_grad=True)

@@ -39,11 +39,17 @@ def _per_argument(args:tuple, nums:tuple[int, ...], argnums, jacs:list):
   ret = _with(args, nums, jacs)
   return ret[nums[0]] if isinstance(argnums, int) else tuple(ret[i] for i in nums)
 
-def jacfwd(fn:Callable, argnums:int|tuple[int, ...]=0) -> Callable:
+def _split_aux(out, has_aux:bool, fn:str):
+  if not has_aux: return out, None
+  if not isinstance(out, (tuple, list)) or len(out) != 2: raise TypeError(f"{fn}: with has_aux=True fn must return a pair (output, aux)")
+  return out[0], out[1]
+
+def jacfwd(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Callable:
   """
   The Jacobian of `fn` with respect to the positional arguments `argnums`, by forward mode: for an output of shape `o` and an argument
   of shape `a`, a Tensor of shape `o + a`. A tuple `argnums` gives a tuple of Jacobians, a pytree output a pytree of them, and a pytree
-  argument (a dict of parameters) a Jacobian of its structure for each output leaf, as in JAX.
+  argument (a dict of parameters) a Jacobian of its structure for each output leaf, as in JAX. With `has_aux`, fn returns
+  `(output, aux)` and the call returns `(Jacobian, aux)`, aux not differentiated.
   """
   def jacobian(*args):
     nums = _argnums(argnums, args, "jacfwd")
@@ -53,31 +59,37 @@ def jacfwd(fn:Callable, argnums:int|tuple[int, ...]=0) -> Callable:
     def directional(e:Tensor):
       # one basis direction e of all differentiated arguments at once: each argument's tangent is its slice of e
       tangents = [e[o:o+s].reshape(x.shape).cast(x.dtype) for x,o,s in zip(xs, offsets, sizes)]
-      return jvp(lambda *leaves: fn(*_with(args, nums, list(leaves))), tuple(xs), tuple(tangents))[1]
+      aux = []
+      def primal(*leaves):
+        out, a = _split_aux(fn(*_with(args, nums, list(leaves))), has_aux, "jacfwd")
+        aux.append(a)
+        return out
+      return (jvp(primal, tuple(xs), tuple(tangents))[1], aux[0]) if has_aux else jvp(primal, tuple(xs), tuple(tangents))[1]
     basis = Tensor.eye(sum(sizes), dtype=xs[0].dtype, device=xs[0].device)
-    cols = vmap(directional, out_axes=-1)(basis)
+    # aux comes from the primal alone: it doesn't depend on the basis direction, so it leaves the vmap as it is (out_axes None)
+    cols, aux = vmap(directional, out_axes=(-1, None))(basis) if has_aux else (vmap(directional, out_axes=-1)(basis), None)
     def split(col:Tensor):
       return _per_argument(args, nums, argnums, [col[..., o:o+s].reshape(col.shape[:-1] + x.shape) for x,o,s in zip(xs, offsets, sizes)])
-    return _tree_apply(split, cols)
+    return (_tree_apply(split, cols), aux) if has_aux else _tree_apply(split, cols)
   return jacobian
 
-def jacrev(fn:Callable, argnums:int|tuple[int, ...]=0) -> Callable:
+def jacrev(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Callable:
   """
   The Jacobian of `fn` with respect to the positional arguments `argnums`, by reverse mode: the same shapes as `jacfwd`, computed as a
-  vmap of vector-Jacobian products (upstream's gradient with a cotangent) over the basis of the outputs.
+  vmap of vector-Jacobian products (upstream's gradient with a cotangent) over the basis of the outputs. `has_aux` as in `jacfwd`.
   """
   def jacobian(*args):
     nums = _argnums(argnums, args, "jacrev")
     xs = [x for i in nums for x in _leaves(args[i])]
-    out = fn(*args)
+    out, aux = _split_aux(fn(*args), has_aux, "jacrev")
     def rows(y):
       if not isinstance(y, Tensor): raise TypeError(f"jacrev: fn must return Tensors, got {type(y).__name__}")
       def vjp(ct:Tensor): return y.gradient(*xs, gradient=ct.reshape(y.shape).cast(y.dtype), materialize_grads=True)
       grads = vmap(vjp)(Tensor.eye(y.numel(), dtype=y.dtype, device=y.device))
       return _per_argument(args, nums, argnums, [g.reshape(y.shape + x.shape) for x,g in zip(xs, grads)])
-    return _tree_apply(rows, out)
+    return (_tree_apply(rows, out), aux) if has_aux else _tree_apply(rows, out)
   return jacobian
 
-def hessian(fn:Callable, argnums:int|tuple[int, ...]=0) -> Callable:
+def hessian(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Callable:
   """the Hessian of a scalar `fn`: jacfwd of jacrev, shape `a + a` for an argument of shape `a`"""
-  return jacfwd(jacrev(fn, argnums), argnums)
+  return jacfwd(jacrev(fn, argnums, has_aux), argnums, has_aux)

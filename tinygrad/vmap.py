@@ -217,7 +217,8 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
         tinygrad.tensor.rand_hook = prev_hook
       def exit_(y, axis, path):
         if y is None: return None   # an empty subtree, as in JAX
-        if isinstance(y, (int, float)): y = Tensor(y)   # a Python number is an output that doesn't depend on the batch
+        # a Python number (or a numpy array) is an output that doesn't depend on the batch
+        if isinstance(y, (int, float)) or (type(y).__name__ == "ndarray" and type(y).__module__ == "numpy"): y = Tensor(y)
         if not isinstance(y, Tensor):
           raise TypeError(f"vmap: fn must return a Tensor, a Python number, None or a tuple/list/dict of those, got {type(y).__name__} at {path}")
         batched = any(r in y.uop.ranges for r in scope.rngs)
