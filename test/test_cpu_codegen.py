@@ -120,6 +120,16 @@ class TestCPUVectorALUs(unittest.TestCase):
     p = program(Tensor.empty(64).exp2().contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)))
     self.assertEqual({n for n, c in self.alus(p) if c > 1}, set())
 
+  def test_integer_division_is_scalar(self):
+    # a padded lane's divisor is 0: as a vector every lane divided and the kernel died of SIGFPE (upstream's test_div_padded_arange)
+    code = """from tinygrad import Tensor, dtypes
+y = Tensor.full((2, 2), 16).idiv(Tensor.linspace(2, 8, steps=4, dtype=dtypes.int).reshape(2, 2)).pad(((1, 1), (1, 1)))
+print(y.sum(axis=1).tolist())"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "CPU": "1"}, timeout=120)
+    self.assertEqual((out.returncode, out.stdout.strip()), (0, "[0, 12, 4, 0]"), out.stderr[-2000:])
+    p = program((Tensor.empty(64, dtype=dtypes.int) // Tensor.empty(64, dtype=dtypes.int)).contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)))
+    self.assertEqual({n for n, c in self.alus(p) if c > 1}, set())
+
   def test_bool_accumulator(self):
     # C has no vectors of _Bool: an upcast any() keeps scalar registers
     x = np.random.default_rng(7).standard_normal((64, 16)).astype(np.float32)
