@@ -130,7 +130,7 @@ class TestPytrees(VmapTestCase):
       y, aux = vmap(lambda x: (x*2, None), chunk_size=chunk_size)(Tensor(x))
       self.assertIsNone(aux)
       self.assert_close(y.numpy(), x*2)
-      self.assertIsNone(vmap(lambda x: {"y": x.sum(), "aux": None})(Tensor(x))["aux"])
+      self.assertIsNone(vmap(lambda x: {"y": x.sum(), "aux": None}, chunk_size=chunk_size)(Tensor(x))["aux"])
 
   def test_python_number_output_is_broadcast(self):
     self.assert_close(vmap(lambda x: 1.5)(Tensor(rand(5, 3))).numpy(), np.full(5, 1.5))
@@ -380,13 +380,13 @@ class TestRandomness(VmapTestCase):
     for row in d[1:]: np.testing.assert_array_equal(row, d[0])
 
   def test_chunks_keep_the_stream(self):
-    # chunked or not, the draws are those of Tensor.rand(N, *shape): the same seed gives the same batch
-    for mode in ("same", "different"):
-      for chunk_size in (2, 3, 1):
+    # chunked or not, the draws are Tensor.rand(N, *shape)'s ("different") or Tensor.rand(*shape)'s ("same"): the same seed, the same batch
+    for mode, draw in (("same", lambda: np.broadcast_to(Tensor.rand(3).numpy(), (7, 3))), ("different", lambda: Tensor.rand(7, 3).numpy())):
+      for chunk_size in (None, 2, 3, 1):
         Tensor.manual_seed(7)
-        whole = vmap(lambda x: x + Tensor.rand(3), randomness=mode)(Tensor.zeros(7, 3)).numpy()
+        want = draw()
         Tensor.manual_seed(7)
-        np.testing.assert_array_equal(vmap(lambda x: x + Tensor.rand(3), randomness=mode, chunk_size=chunk_size)(Tensor.zeros(7, 3)).numpy(), whole)
+        np.testing.assert_array_equal(vmap(lambda x: x + Tensor.rand(3), randomness=mode, chunk_size=chunk_size)(Tensor.zeros(7, 3)).numpy(), want)
 
   def test_nested_chunked_tails(self):
     # an outer "different" chunked with a tail around an inner "same" chunked with a tail: one draw per outer example, shared inside

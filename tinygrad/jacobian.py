@@ -64,7 +64,8 @@ def jacfwd(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
         out, a = _split_aux(fn(*_with(args, nums, list(leaves))), has_aux, "jacfwd")
         aux.append(a)
         return out
-      return (jvp(primal, tuple(xs), tuple(tangents))[1], aux[0]) if has_aux else jvp(primal, tuple(xs), tuple(tangents))[1]
+      tangent_out = jvp(primal, tuple(xs), tuple(tangents))[1]
+      return (tangent_out, aux[0]) if has_aux else tangent_out
     basis = Tensor.eye(sum(sizes), dtype=xs[0].dtype, device=xs[0].device)
     # aux comes from the primal alone: it doesn't depend on the basis direction, so it leaves the vmap as it is (out_axes None)
     cols, aux = vmap(directional, out_axes=(-1, None))(basis) if has_aux else (vmap(directional, out_axes=-1)(basis), None)

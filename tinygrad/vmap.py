@@ -52,10 +52,11 @@ def _tree_map(fn:Callable, tree, spec, path:str, what:str):
   specs = [spec[k] for k in tree] if isinstance(spec, dict) else list(spec)
   return _rebuild(tree, [_tree_map(fn, v, s, path+k, what) for (k,v),s in zip(_children(tree), specs)])
 
+def _is_ndarray(x) -> bool: return type(x).__name__ == "ndarray" and type(x).__module__ == "numpy"   # without importing numpy
 def _arrays_to_tensors(tree):
   """numpy arrays among the arguments become Tensors, as jax.vmap takes them as arrays: they are mapped by in_axes like Tensors"""
   if _is_node(tree): return _rebuild(tree, [_arrays_to_tensors(v) for _,v in _children(tree)])
-  return Tensor(tree) if type(tree).__name__ == "ndarray" and type(tree).__module__ == "numpy" else tree
+  return Tensor(tree) if _is_ndarray(tree) else tree
 
 def _leaves(tree) -> list:
   return [l for _,v in _children(tree) for l in _leaves(v)] if _is_node(tree) else [tree]
@@ -71,11 +72,8 @@ class _Scope:
   size: int
   rngs: tuple[UOp, ...]   # (loop,) or (outer over chunks, loop in a chunk)
   randomness: str
-  start: int = 0
-  batch: int = -1
-
-  def __post_init__(self):
-    if self.batch < 0: self.batch = self.size
+  start: int
+  batch: int
 
   def enter(self, x:Tensor, axis:int) -> Tensor:
     """one example of x, whose axis `axis` is this scope's batch"""
@@ -218,7 +216,7 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
       def exit_(y, axis, path):
         if y is None: return None   # an empty subtree, as in JAX
         # a Python number (or a numpy array) is an output that doesn't depend on the batch
-        if isinstance(y, (int, float)) or (type(y).__name__ == "ndarray" and type(y).__module__ == "numpy"): y = Tensor(y)
+        if isinstance(y, (int, float)) or _is_ndarray(y): y = Tensor(y)
         if not isinstance(y, Tensor):
           raise TypeError(f"vmap: fn must return a Tensor, a Python number, None or a tuple/list/dict of those, got {type(y).__name__} at {path}")
         batched = any(r in y.uop.ranges for r in scope.rngs)
@@ -231,7 +229,7 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
         return scope.exit(y, axis % (y.ndim+1))
       return _tree_map(exit_, out, out_axes, "output", "out_axes")
 
-    if n == 0 or chunk_size is None or chunk_size >= n: return call(_Scope(n, (UOp.range(n, next(_vmap_range_ids)),), randomness), 0, n)
+    if n == 0 or chunk_size is None or chunk_size >= n: return call(_Scope(n, (UOp.range(n, next(_vmap_range_ids)),), randomness, 0, n), 0, n)
     chunks, rest = divmod(n, chunk_size)
     _draws.append(draws:=_Draws([]))
     try:
