@@ -313,16 +313,37 @@ class TestClangSpare(unittest.TestCase):
     self.addCleanup((c:=ClangJITCompiler())._drop_spare, kill=True)  # don't leave its spare clang waiting until the process exits
     return c
 
-  def test_compile_uses_the_started_clang_and_starts_the_next(self):
+  def test_compile_uses_the_started_clang(self):
     c = self.compiler()
     spare = c.spares[True]  # the quick tier's: a kernel's first build
     self.assertIsNone(spare.poll())  # started, waiting on stdin
     self.assertGreater(len(c.compile(self.SRC, quick=True)), 0)
     self.assertIsNotNone(spare.returncode)  # that one compiled it
-    self.assertIsNot(c.spares[True], spare)
+    self.assertNotIn(True, c.spares)  # the next quick build's starts with its codegen (start_spare), not after this one
+    c.start_spare(quick=True)
+    self.assertIsNone(c.spares[True].poll())
     self.assertGreater(len(c.compile(self.SRC, quick=True)), 0)
-    self.assertGreater(len(c.compile(self.SRC)), 0)  # -O2 starts its own, and keeps the next one started
+    self.assertGreater(len(c.compile(self.SRC)), 0)  # -O2 starts its own, and keeps the next one started (BEAM's candidates)
     self.assertIsNone(c.spares[False].poll())
+
+  @unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU device's compiler")
+  def test_first_call_starts_its_clang_with_codegen(self):
+    # a clang started after a call's last compile would load LLVM beside that kernel's run (one core: the bench pins its workers)
+    comp, events = Device["CPU"].compiler, []
+    if not isinstance(comp, ClangJITCompiler) or not quick_tier(comp): self.skipTest("the clang JIT compiler's quick tier")
+    comp._drop_spare(kill=True)
+    start, clang = ClangJITCompiler.start_spare, ClangJITCompiler._clang
+    def record(name, fn):
+      def called(c, *args, **kwargs):
+        events.append((name, True in c.spares))  # whether a quick build's clang is waiting when it's called
+        return fn(c, *args, **kwargs)
+      return called
+    x = Tensor(np.random.default_rng().standard_normal(8).astype(np.float32)).realize()
+    with unittest.mock.patch.object(ClangJITCompiler, "start_spare", autospec=True, side_effect=record("start", start)), \
+         unittest.mock.patch.object(ClangJITCompiler, "_clang", autospec=True, side_effect=record("clang", clang)):
+      (x * float(np.random.default_rng().uniform(1, 2))).realize()   # a new kernel: a constant drawn per run
+    self.assertEqual(events, [("start", False), ("clang", True)])
+    self.assertNotIn(True, comp.spares)
 
   def test_error_raises_and_the_next_compile_works(self):
     c = self.compiler()
