@@ -496,6 +496,28 @@ class TestSetitem(VmapTestCase):
       return b
     self.assert_close(vmap(lambda a: f(a, Tensor))(Tensor(x)).numpy(), np_loop(lambda a: f(a, np), x))
 
+  def test_realized_per_example_target(self):
+    x = rand(5, 6)
+    def f(a):
+      y = (a * 2).contiguous().realize() if isinstance(a, Tensor) else a * 2   # realized inside the scope: still one example
+      y[1:3] = a[0]
+      return y
+    self.assert_close(vmap(f)(Tensor(x)).numpy(), np_loop(f, x))
+
+  def test_augmented_setitem(self):
+    x = rand(5, 6)
+    def f(a):
+      y = a.clone() if isinstance(a, Tensor) else a.copy()
+      y[2:4] += 5.0
+      return y
+    self.assert_close(vmap(f)(Tensor(x)).numpy(), np_loop(f, x))
+
+  def test_in_tinyjit(self):
+    jf = TinyJit(vmap(lambda a: set_items(a, slice(0, 2), a.sum())))
+    for _ in range(4):   # captured on the 2nd call, replayed after: every call's own values
+      x = rand(5, 6)
+      self.assert_close(jf(Tensor(x)).numpy(), np_loop(lambda a: set_items(a, slice(0, 2), a.sum()), x))
+
   def test_nested_and_chunked(self):
     x = rand(3, 5, 4)
     f = lambda a: set_items(a * 1, slice(1, 3), -a[0])
