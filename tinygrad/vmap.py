@@ -9,6 +9,7 @@ import functools, inspect, itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 from tinygrad.dtype import dtypes
+from tinygrad.helpers import is_numpy_ndarray
 from tinygrad.uop.ops import UOp, Ops, AxisType, sint
 from tinygrad.tensor import Tensor
 import tinygrad.tensor
@@ -52,11 +53,10 @@ def _tree_map(fn:Callable, tree, spec, path:str, what:str):
   specs = [spec[k] for k in tree] if isinstance(spec, dict) else list(spec)
   return _rebuild(tree, [_tree_map(fn, v, s, path+k, what) for (k,v),s in zip(_children(tree), specs)])
 
-def _is_ndarray(x) -> bool: return type(x).__name__ == "ndarray" and type(x).__module__ == "numpy"   # without importing numpy
 def _arrays_to_tensors(tree):
   """numpy arrays among the arguments become Tensors, as jax.vmap takes them as arrays: they are mapped by in_axes like Tensors"""
   if _is_node(tree): return _rebuild(tree, [_arrays_to_tensors(v) for _,v in _children(tree)])
-  return Tensor(tree) if _is_ndarray(tree) else tree
+  return Tensor(tree) if is_numpy_ndarray(tree) else tree
 
 def _leaves(tree) -> list:
   return [l for _,v in _children(tree) for l in _leaves(v)] if _is_node(tree) else [tree]
@@ -216,7 +216,7 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
       def exit_(y, axis, path):
         if y is None: return None   # an empty subtree, as in JAX
         # a Python number (or a numpy array) is an output that doesn't depend on the batch
-        if isinstance(y, (int, float)) or _is_ndarray(y): y = Tensor(y)
+        if isinstance(y, (int, float)) or is_numpy_ndarray(y): y = Tensor(y)
         if not isinstance(y, Tensor):
           raise TypeError(f"vmap: fn must return a Tensor, a Python number, None or a tuple/list/dict of those, got {type(y).__name__} at {path}")
         batched = any(r in y.uop.ranges for r in scope.rngs)
