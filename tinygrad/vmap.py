@@ -219,9 +219,8 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
         if isinstance(y, (int, float)) or is_numpy_ndarray(y): y = Tensor(y)
         if not isinstance(y, Tensor):
           raise TypeError(f"vmap: fn must return a Tensor, a Python number, None or a tuple/list/dict of those, got {type(y).__name__} at {path}")
-        batched = any(r in y.uop.ranges for r in scope.rngs)
         if axis is None:
-          if batched: raise ValueError(f"vmap has mapped output but out_axes is None for {path}: it depends on the batch")
+          if any(r in y.uop.ranges for r in scope.rngs): raise ValueError(f"vmap has mapped output but out_axes is None for {path}: it depends on the batch")
           return y
         if sharded: _check_on_devices(y, sharded[0], path)
         if isinstance(axis, bool) or not -(y.ndim+1) <= axis <= y.ndim:
