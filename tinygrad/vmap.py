@@ -205,11 +205,13 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
       """fn on the examples start:stop of the batch, inside `scope`"""
       def enter(x, axis, _):
         if axis is None: return x
-        return scope.enter(x if (start, stop) == (0, x.shape[axis]) else x.shrink(tuple((start, stop) if i == axis else None for i in range(x.ndim))), axis)
+        if (start, stop) != (0, x.shape[axis]): x = x.shrink(tuple((start, stop) if i == axis else None for i in range(x.ndim)))
+        return scope.enter(x, axis)
       _scopes.append(scope)
       prev_hook, tinygrad.tensor.rand_hook = tinygrad.tensor.rand_hook, _rand_in_scope
       try:
-        out = fn(*[_tree_map(enter, a, ax, "", "") for a,ax in zip(args, axes)], **{k: _tree_map(enter, v, kwaxes[k], "", "") for k,v in kwargs.items()})
+        out = fn(*[_tree_map(enter, a, ax, "", "") for a,ax in zip(args, axes)],
+                 **{k: _tree_map(enter, v, kwaxes[k], "", "") for k,v in kwargs.items()})
       finally:
         _scopes.pop()
         tinygrad.tensor.rand_hook = prev_hook
@@ -220,7 +222,8 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
         if not isinstance(y, Tensor):
           raise TypeError(f"vmap: fn must return a Tensor, a Python number, None or a tuple/list/dict of those, got {type(y).__name__} at {path}")
         if axis is None:
-          if any(r in y.uop.ranges for r in scope.rngs): raise ValueError(f"vmap has mapped output but out_axes is None for {path}: it depends on the batch")
+          if any(r in y.uop.ranges for r in scope.rngs):
+            raise ValueError(f"vmap has mapped output but out_axes is None for {path}: it depends on the batch")
           return y
         if sharded: _check_on_devices(y, sharded[0], path)
         if isinstance(axis, bool) or not -(y.ndim+1) <= axis <= y.ndim:
