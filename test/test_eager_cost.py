@@ -1,0 +1,94 @@
+"""What keeps an eager call's graph building cheap without changing the graph: the shortcuts in Tensor._broadcasted, cat, stack and
+UOp._mop must give the very UOps (`is`) the long way gives, and the results must still match numpy (values and gradients)."""
+import functools, unittest
+import numpy as np
+from tinygrad import Tensor, dtypes
+from tinygrad.uop.ops import UOp, Ops
+
+def rand(*shape, dtype=dtypes.float32, seed=0):
+  return Tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32)).cast(dtype)
+
+def long_cat(tensors:list[Tensor], dim:int) -> Tensor:
+  """cat the long way: Tensor.pad every input to the full size, then Tensor.add them"""
+  ends = np.cumsum([0] + [t.shape[dim] for t in tensors])
+  return functools.reduce(Tensor.add, [t.pad(tuple((int(ends[i]), int(ends[-1]-ends[i+1])) if j == dim else None for j in range(t.ndim)))
+                                       for i,t in enumerate(tensors)])
+
+class TestBroadcastedShortcut(unittest.TestCase):
+  def test_same_shape_same_tensors(self):
+    a, b = rand(3, 4), rand(3, 4, seed=1)
+    x, y = a._broadcasted(b)
+    self.assertIs(x, a)
+    self.assertIs(y, b)
+
+  def test_half_keeps_backward_casts(self):
+    # half accumulates in float32: the broadcast is a cast pair, not a shortcut
+    a, b = rand(3, 4, dtype=dtypes.half), rand(3, 4, dtype=dtypes.half, seed=1)
+    self.assertIsNot(a._broadcasted(b)[0].uop, a.uop)
+
+  def test_python_number_const(self):
+    a = rand(3, 4)
+    for reverse in (False, True):
+      with self.subTest(reverse=reverse):
+        want = Tensor(2.5, device=a.device, dtype=a.dtype)._broadcast_to(a.shape)
+        got = a._broadcasted(2.5, reverse=reverse)
+        self.assertIs(got[0 if reverse else 1].uop, want.uop)
+        self.assertIs(got[1 if reverse else 0], a)
+        self.assertFalse(got[0 if reverse else 1].requires_grad)
+
+  def test_python_number_values(self):
+    a, an = rand(3, 4), rand(3, 4).numpy().astype(np.float64)
+    np.testing.assert_allclose((2.5 - a * 2.0 / 3).numpy(), 2.5 - an * 2.0 / 3, rtol=1e-6)
+    np.testing.assert_equal((rand(5).cast(dtypes.int32) + 3).numpy(), rand(5).numpy().astype(np.int32) + 3)
+
+class TestCatShortcut(unittest.TestCase):
+  def test_same_uops_as_pad_and_add(self):
+    for dim in (0, 1, -1):
+      with self.subTest(dim=dim):
+        ts = [rand(2, 3, seed=0), rand(2, 3, seed=1), rand(2, 3, seed=2)]
+        self.assertIs(ts[0].cat(*ts[1:], dim=dim).uop, long_cat(ts, dim % 2).uop)
+
+  def test_mixed_dtypes_promote(self):
+    a, b = rand(2, 3), rand(1, 3, seed=1).cast(dtypes.int32)
+    got = a.cat(b)
+    self.assertEqual(got.dtype, dtypes.float32)
+    np.testing.assert_allclose(got.numpy(), np.concatenate([a.numpy(), b.numpy()]))
+
+  def test_gradient(self):
+    x, y = rand(2, 3).requires_grad_(), rand(1, 3, seed=1)
+    w = np.random.default_rng(2).standard_normal((3, 3)).astype(np.float32)
+    z = x.cat(y)
+    self.assertTrue(z.requires_grad)
+    (z * Tensor(w)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), w[:2])
+
+class TestStackShortcut(unittest.TestCase):
+  def test_same_uops_as_unsqueeze_and_cat(self):
+    for dim in (0, 1, 2, -1):
+      with self.subTest(dim=dim):
+        a, b = rand(2, 3), rand(2, 3, seed=1)
+        self.assertIs(Tensor.stack(a, b, dim=dim).uop, a.unsqueeze(dim).cat(b.unsqueeze(dim), dim=dim).uop)
+
+  def test_scalars(self):
+    a = rand(4)
+    np.testing.assert_allclose(Tensor.stack(a[3], a[0], a[2]).numpy(), a.numpy()[[3, 0, 2]])
+
+  def test_bad_input(self):
+    with self.assertRaises(IndexError): Tensor.stack(rand(2, 3), dim=3)
+    with self.assertRaises(ValueError): Tensor.stack((rand(2), rand(2)), rand(2))
+
+class TestMovementOpConcreteShapes(unittest.TestCase):
+  def test_args_are_simplified(self):
+    a = rand(2, 3, 4)
+    for t in (a.reshape(6, 4), a.pad(((1, 0), None, (0, 2))), a.shrink(((0, 1), None, (1, 3))), a[:, :1].expand(2, 5, 4)):
+      with self.subTest(op=t.uop.op):
+        self.assertEqual(t.uop.src[1:], UOp.sink(*t.uop.src[1:]).simplify().src)
+
+  def test_symbolic_shape_still_simplified(self):
+    v = UOp.variable("n", 1, 10)
+    t = Tensor.ones(10).shrink(((0, v+0),))
+    self.assertIs(t.uop.op, Ops.SHRINK)
+    self.assertEqual(t.shape, (v,))
+
+if __name__ == "__main__":
+  unittest.main()
