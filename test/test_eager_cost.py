@@ -90,5 +90,30 @@ class TestMovementOpConcreteShapes(unittest.TestCase):
     self.assertIs(t.uop.op, Ops.SHRINK)
     self.assertEqual(t.shape, (v,))
 
+class TestMetadataWrapper(unittest.TestCase):
+  def user_events(self, profile:int) -> list:
+    from tinygrad.helpers import Context, cpu_events
+    a, before = rand(3), len(cpu_events)
+    with Context(PROFILE=profile): out = a * 2.0   # kept: Tensor.__del__ is a user-level op too
+    del out
+    return [str(e.name.display_name) for e in cpu_events[before:] if getattr(e, "device", None) == "USER"]
+
+  def test_profile_records_user_ops(self):
+    self.assertEqual(self.user_events(1), ["__mul__"])
+
+  def test_no_profile_records_nothing(self):
+    self.assertEqual(self.user_events(0), [])
+
+  def test_op_that_raised_is_not_the_next_ops_outer_op(self):
+    from tinygrad.uop.ops import all_metadata
+    with self.assertRaises(IndexError): Tensor.stack(rand(2), dim=5)
+    self.assertEqual([m.name for m in all_metadata[(rand(2) * 3.0).uop]], ["__mul__"])
+    self.assertEqual(self.user_events(1), ["__mul__"])
+
+  def test_metadata_of_nested_ops_is_the_outer_op(self):
+    from tinygrad.uop.ops import all_metadata
+    t = rand(2, 3).cat(rand(1, 3, seed=1))
+    self.assertEqual([m.name for m in all_metadata[t.uop]], ["cat"])
+
 if __name__ == "__main__":
   unittest.main()
