@@ -65,9 +65,23 @@ class TestCatShortcut(unittest.TestCase):
 class TestStackShortcut(unittest.TestCase):
   def test_same_uops_as_unsqueeze_and_cat(self):
     for dim in (0, 1, 2, -1):
-      with self.subTest(dim=dim):
-        a, b = rand(2, 3), rand(2, 3, seed=1)
-        self.assertIs(Tensor.stack(a, b, dim=dim).uop, a.unsqueeze(dim).cat(b.unsqueeze(dim), dim=dim).uop)
+      with self.subTest(dim=str(dim)):
+        ts = [rand(2, 3, seed=i) for i in range(4)]
+        self.assertIs(Tensor.stack(*ts, dim=dim).uop, long_cat([t.unsqueeze(dim) for t in ts], dim % 3).uop)
+        self.assertIs(Tensor.stack(ts, dim=dim).uop, Tensor.stack(*ts, dim=dim).uop)
+
+  def test_mixed_shapes_and_dtypes_go_through_cat(self):
+    a, h = rand(2, 3), rand(2, 3, dtype=dtypes.half, seed=1)
+    self.assertIs(Tensor.stack(h, h, dim=1).uop, h.unsqueeze(1).cat(h.unsqueeze(1), dim=1).uop)
+    np.testing.assert_allclose(Tensor.stack(a, h).numpy(), np.stack([a.numpy(), h.numpy().astype(np.float32)]), rtol=1e-3)
+    with self.assertRaises(AssertionError): Tensor.stack(a, rand(3, 2))
+
+  def test_gradient(self):
+    x, y = rand(3).requires_grad_(), rand(3, seed=1).requires_grad_()
+    w = np.random.default_rng(2).standard_normal((4, 3, 2)).astype(np.float32)
+    (Tensor.stack(x, y, dim=1).unsqueeze(0) * Tensor(w)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), w[:, :, 0].sum(0), rtol=1e-5)
+    np.testing.assert_allclose(y.grad.numpy(), w[:, :, 1].sum(0), rtol=1e-5)
 
   def test_scalars(self):
     a = rand(4)
@@ -76,6 +90,52 @@ class TestStackShortcut(unittest.TestCase):
   def test_bad_input(self):
     with self.assertRaises(IndexError): Tensor.stack(rand(2, 3), dim=3)
     with self.assertRaises(ValueError): Tensor.stack((rand(2), rand(2)), rand(2))
+
+class TestBasicIndexShortcut(unittest.TestCase):
+  BASIC = [2, -1, (1, 2), (slice(None), 3), slice(1, 3), slice(-2, None), slice(None, 100), slice(3, 1), slice(2, 2), (0, slice(-3, -1), 1),
+           (slice(None, None, 1), 0), slice(None)]
+  def test_same_uops_as_getitem(self):
+    a = rand(4, 5, 3)
+    for idx in self.BASIC:
+      with self.subTest(idx=str(idx)):
+        self.assertIs(a[idx].uop, a._getitem(idx).uop)
+        np.testing.assert_equal(a[idx].numpy(), a.numpy()[idx])
+
+  def test_whole_tensor_is_itself(self):
+    a = rand(4, 5)
+    self.assertIs(a[:], a._getitem(slice(None)))
+    self.assertIs(a[:, :], a)
+
+  def test_other_indices_take_the_general_path(self):
+    a = rand(4, 5)
+    for idx, np_idx in (([1, 2], [1, 2]), ((None, 1), (None, 1)), ((Ellipsis, 1), (Ellipsis, 1)), (slice(None, None, 2), slice(None, None, 2)),
+                        ((1, Tensor([0, 2])), (1, [0, 2]))):
+      with self.subTest(idx=str(idx)):
+        np.testing.assert_equal(a[idx].numpy(), a.numpy()[np_idx])
+
+  def test_out_of_bounds_raises(self):
+    for idx in (4, -5, (0, 5), (1, 2, 3)):
+      with self.subTest(idx=str(idx)), self.assertRaises(IndexError): rand(4, 5)[idx]
+
+  def test_gradient(self):
+    x = rand(4, 5).requires_grad_()
+    (x[1:3, -1] * Tensor([2.0, 3.0])).sum().backward()
+    want = np.zeros((4, 5), np.float32); want[1, 4], want[2, 4] = 2, 3
+    np.testing.assert_equal(x.grad.numpy(), want)
+
+class TestFullShortcut(unittest.TestCase):
+  def test_same_graph_as_reshape_and_expand(self):
+    for shape, kw in (((2, 3), {}), ((), {}), ((4,), {"dtype": dtypes.int32}), ((2, 1, 3), {"requires_grad": True})):
+      with self.subTest(shape=str(shape), kw=str(kw)):
+        got, want = Tensor.full(shape, 7, **kw), Tensor(7, _force_unique=True, **kw).reshape((1,)*len(shape)).expand(shape)
+        strip = lambda u: UOp.sink(u).substitute({x:UOp.unique(0) for x in u.toposort() if x.op is Ops.UNIQUE})
+        self.assertIs(strip(got.uop), strip(want.uop))
+        self.assertEqual((got.dtype, got.requires_grad), (want.dtype, want.requires_grad))
+        np.testing.assert_equal(got.numpy(), np.full(shape, 7))
+
+  def test_full_like_consts_are_unique(self):
+    a = rand(3)
+    self.assertIsNot(a.full_like(1.0).uop, a.full_like(1.0).uop)
 
 class TestMovementOpConcreteShapes(unittest.TestCase):
   def test_args_are_simplified(self):
