@@ -36,6 +36,21 @@ class TestBroadcastedShortcut(unittest.TestCase):
         self.assertIs(got[1 if reverse else 0], a)
         self.assertFalse(got[0 if reverse else 1].requires_grad)
 
+  def test_casts_and_broadcasts_same_uops_as_tensor_ops(self):
+    # the long way: Tensor.cast, Tensor._broadcast_to, Tensor.cast per operand (what _broadcasted did before it built them as UOps)
+    from tinygrad.dtype import sum_acc_dtype
+    from tinygrad.tensor import _broadcast_shape
+    cases = [(rand(3, 1), rand(1, 4, seed=1)), (rand(3, 4) > 0, rand(3, 4)), (rand(3, 4, dtype=dtypes.half), rand(4, dtype=dtypes.half, seed=1)),
+             (rand(2, 1, 4).cast(dtypes.int8), rand(3, 1).cast(dtypes.int8))]
+    for a, b in cases:
+      for backward_cast in (True, False):
+        with self.subTest(a=str((a.shape, a.dtype)), b=str((b.shape, b.dtype)), backward_cast=str(backward_cast)):
+          out = _broadcast_shape(a.shape, b.shape)
+          want = [t.cast(sum_acc_dtype(t.dtype) if backward_cast else t.dtype)._broadcast_to(out).cast(t.dtype) for t in (a, b)]
+          got = a._broadcasted(b, match_dtype=False, backward_cast=backward_cast)
+          self.assertIs(got[0].uop, want[0].uop)
+          self.assertIs(got[1].uop, want[1].uop)
+
   def test_python_number_values(self):
     a, an = rand(3, 4), rand(3, 4).numpy().astype(np.float64)
     np.testing.assert_allclose((2.5 - a * 2.0 / 3).numpy(), 2.5 - an * 2.0 / 3, rtol=1e-6)
@@ -90,6 +105,29 @@ class TestStackShortcut(unittest.TestCase):
   def test_bad_input(self):
     with self.assertRaises(IndexError): Tensor.stack(rand(2, 3), dim=3)
     with self.assertRaises(ValueError): Tensor.stack((rand(2), rand(2)), rand(2))
+
+class TestReduceShortcut(unittest.TestCase):
+  def test_same_uops_as_reduce_and_reshape(self):
+    a = rand(2, 3, 4)
+    for axis in (None, 0, (0, 2), -1):
+      for keepdim in (False, True):
+        with self.subTest(axis=str(axis), keepdim=str(keepdim)):
+          axes = tuple(range(3)) if axis is None else tuple(x % 3 for x in (axis if isinstance(axis, tuple) else (axis,)))
+          r = a._apply_uop(UOp.r, op=Ops.MAX, axis=axes)
+          self.assertIs(a.max(axis, keepdim=keepdim).uop, (r if keepdim else r.reshape(tuple(s for i,s in enumerate(a.shape) if i not in axes))).uop)
+          np.testing.assert_equal(a.max(axis, keepdim=keepdim).numpy(), a.numpy().max(axis, keepdims=keepdim))
+
+class TestBackwardMetadata(unittest.TestCase):
+  def test_new_backward_nodes_get_it_once(self):
+    from tinygrad.uop.ops import all_metadata
+    x, w = rand(3, 4).requires_grad_(), rand(4, 2, seed=1).requires_grad_()
+    loss = (x @ w).relu().sum()
+    gx, gw = loss.gradient(x, w)
+    for g in (gx, gw):
+      md = all_metadata[g.uop]
+      self.assertTrue(all(m.backward for m in md))
+      self.assertEqual(len(md), len(set((m.name, m.caller) for m in md)))
+    self.assertIn("relu", {m.name for u in gx.uop.toposort() for m in all_metadata.get(u, ())})
 
 class TestBasicIndexShortcut(unittest.TestCase):
   BASIC = [2, -1, (1, 2), (slice(None), 3), slice(1, 3), slice(-2, None), slice(None, 100), slice(3, 1), slice(2, 2), (0, slice(-3, -1), 1),
