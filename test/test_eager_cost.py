@@ -182,6 +182,14 @@ class TestMovementOpConcreteShapes(unittest.TestCase):
       with self.subTest(op=str(t.uop.op)):
         self.assertEqual(t.uop.src[1:], UOp.sink(*t.uop.src[1:]).simplify().src)
 
+  def test_marg_is_what_the_consts_hold(self):
+    a = rand(2, 3, 4).uop
+    for u in (a.reshape((6, 4)), a.reshape((24,)), a.pad(((1, 0), (0, 0), (0, 2))), a.shrink(((0, 1), (0, 3), (1, 3))),
+              a.reshape((2, 1, 3, 4)).expand((2, 5, 3, 4))):
+      with self.subTest(op=str(u.op)):
+        seeded = u.__dict__.pop("marg")
+        self.assertEqual((seeded, [type(x) for x in seeded]), (u.marg, [type(x) for x in u.marg]))
+
   def test_symbolic_shape_still_simplified(self):
     v = UOp.variable("n", 1, 10)
     t = Tensor.ones(10).shrink(((0, v+0),))
