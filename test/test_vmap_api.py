@@ -2,7 +2,7 @@
 Every result is compared with a numpy loop over examples on random float64 data."""
 import unittest
 import numpy as np
-from tinygrad import Tensor, TinyJit, GlobalCounters, vmap
+from tinygrad import Tensor, TinyJit, GlobalCounters, vmap, dtypes
 from tinygrad.engine.schedule import schedule_cache
 from tinygrad.engine.realize import run_schedule
 from tinygrad.uop.ops import UOp, AxisType
@@ -137,6 +137,13 @@ class TestPytrees(VmapTestCase):
   def test_numpy_output_is_broadcast(self):
     c = rand(2)
     self.assert_close(vmap(lambda x: c)(Tensor(rand(5, 3))).numpy(), np.broadcast_to(c, (5, 2)))
+  def test_numpy_scalar_output_is_broadcast(self):
+    # np.float64 is a float subclass, np.float32 and np.int64 aren't: each keeps its dtype, as a 0-d array would
+    for c in (np.float64(2.5), np.float32(1.5), np.int64(3)):
+      with self.subTest(dtype=type(c).__name__):
+        got = vmap(lambda x: (x.sum(), c))(Tensor(rand(5, 3)))[1].numpy()
+        self.assertEqual(got.dtype, c.dtype)
+        np.testing.assert_array_equal(got, np.full(5, c))
 
   def test_unbatched_output_with_int_out_axes_is_broadcast(self):
     x, w = rand(5, 3), rand(3)
@@ -408,7 +415,8 @@ class TestRandomness(VmapTestCase):
     with self.assertRaisesRegex(ValueError, "randomness must be one of"): vmap(per_row, randomness="sometimes")
 
 class TestAssign(VmapTestCase):
-  """assign inside a vmapped function: a target with no data yet takes the per-example value, a buffer shared by the examples refuses"""
+  """assign inside a vmapped function: a Tensor made in the function takes the per-example value; a buffer shared by the examples, or a
+  Tensor that outlives the function (closed over), refuses"""
   def test_clone(self):
     x = rand(4, 3)
     self.assert_close(vmap(lambda a: a.clone() * 2)(Tensor(x)).numpy(), x * 2)   # clone is empty().assign(a): every row was the last one
@@ -440,6 +448,45 @@ class TestAssign(VmapTestCase):
       return acc * 1
     with self.assertRaisesRegex(RuntimeError, "every example would write the same buffer"): vmap(f, in_axes=(0, None))(Tensor(rand(4, 3)), acc)
     self.assert_close(acc.numpy(), acc_np)
+
+  def test_closed_over_lazy_tensor_raises_and_is_left_intact(self):
+    # Tensor.zeros has no buffer yet, but it is data: it took the last example's value and read back "inside a vmap scope" later
+    acc = Tensor.zeros(3, dtype=dtypes.float64)
+    def f(a):
+      acc.assign(acc + a)
+      return a * 2
+    with self.assertRaisesRegex(RuntimeError, "outlives the vmapped function"): vmap(f)(Tensor(rand(4, 3)))
+    self.assert_close(acc.numpy(), np.zeros(3))
+
+  def test_closed_over_returned_raises(self):
+    acc = Tensor.zeros(3, dtype=dtypes.float64)
+    with self.assertRaisesRegex(RuntimeError, "outlives the vmapped function"): vmap(lambda a: acc.assign(a))(Tensor(rand(4, 3)))
+    self.assert_close(acc.numpy(), np.zeros(3))
+
+  def test_batchnorm_running_stats_raise(self):
+    # torch.func refuses this too: the running statistics would get one example's batch statistics
+    from tinygrad import nn
+    bn = nn.BatchNorm(4)
+    with Tensor.train():
+      with self.assertRaisesRegex(RuntimeError, "outlives the vmapped function"): vmap(lambda im: bn(im[None])[0])(Tensor(rand(5, 4, 3, 3).astype(np.float32)))
+    self.assert_close(bn.running_mean.numpy(), np.zeros(4, dtype=np.float32))
+
+  def test_local_of_outer_function_in_inner_vmap_raises(self):
+    def outer(row):
+      buf = Tensor.zeros(3, dtype=row.dtype).contiguous()
+      vmap(lambda y: buf.assign(y * row))(Tensor.ones(2, 3, dtype=row.dtype))
+      return buf
+    with self.assertRaisesRegex(RuntimeError, "outlives the vmapped function"): vmap(outer)(Tensor(rand(4, 3)))
+
+  def test_local_setitem(self):
+    x = rand(4, 3)
+    def f(a):
+      out = Tensor.zeros(5, dtype=a.dtype).contiguous()
+      out[1:4] = a
+      return out
+    want = np.zeros((4, 5))
+    want[:, 1:4] = x
+    self.assert_close(vmap(f)(Tensor(x)).numpy(), want)
 
 def set_items(x, idx, v):
   """x with x[idx] = v, on a copy: the same code for a Tensor and an ndarray"""

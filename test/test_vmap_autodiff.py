@@ -156,6 +156,39 @@ class TestJacobians(VmapTestCase):
     with self.assertRaisesRegex(ValueError, "argnums 2 is out of range"): jacfwd(lambda x: x, argnums=2)(Tensor(rand(3)))
     with self.assertRaisesRegex(TypeError, "float Tensors"): jacfwd(lambda x: x)(Tensor([1, 2, 3]))
 
+class TestClosedOverConstant(VmapTestCase):
+  """as in JAX, jacfwd, jacrev and hessian see a Tensor fn closes over as a constant, even when it is the point they differentiate at"""
+  def test_residual_per_example(self):
+    # the Jacobian of f(z) - f(x) at z = x, per example: the closed-over f(x) doesn't move
+    X = rand(5, 3)
+    for jac in (jacfwd, jacrev):
+      with self.subTest(jac=jac.__name__):
+        got = vmap(lambda x: jac(lambda z: z.sin() - x.sin())(x))(Tensor(X)).numpy()
+        self.assert_close(got, np.stack([np.diag(np.cos(x)) for x in X]))
+
+  def test_weighted_by_the_point(self):
+    X = rand(4, 3)
+    for jac in (jacfwd, jacrev):
+      with self.subTest(jac=jac.__name__):
+        got = vmap(lambda x: jac(lambda z: z * x + z.sin())(x))(Tensor(X)).numpy()
+        self.assert_close(got, np.stack([np.diag(x + np.cos(x)) for x in X]))
+
+  def test_hessian(self):
+    # (z.x)^2 with x fixed: the Hessian in z is 2 x x^T
+    X = rand(4, 3)
+    got = vmap(lambda x: hessian(lambda z: (z * x).sum() ** 2)(x))(Tensor(X)).numpy()
+    self.assert_close(got, np.stack([2 * np.outer(x, x) for x in X]))
+
+  def test_schedule_cache_hit_and_one_kernel(self):
+    # the fresh copy (a multiply by a unique 1) is folded away and keyed like an input buffer: one kernel, a schedule-cache hit
+    from tinygrad.engine.schedule import schedule_cache
+    f = vmap(lambda x: jacfwd(lambda z: z.sin() - x.sin())(x))
+    X = Tensor(rand(6, 3)).realize()
+    f(X).realize()
+    before = len(schedule_cache)
+    self.assertEqual(kernels(lambda: f(X).realize()), 1)
+    self.assertEqual(len(schedule_cache), before)
+
 class TestKernelCounts(VmapTestCase):
   def test_vmap_jacfwd_one_kernel(self):
     f = lambda x: Tensor.stack(x[0] * x[1].sin(), x[2].exp() + x[3] * x[0], (x * x).sum())

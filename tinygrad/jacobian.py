@@ -9,7 +9,7 @@ from typing import Callable
 from tinygrad.dtype import dtypes
 from tinygrad.tensor import Tensor
 from tinygrad.vmap import vmap, _tree_map, _leaves
-from tinygrad.jvp import jvp
+from tinygrad.jvp import jvp, fresh_copy
 
 def _argnums(argnums:int|tuple[int, ...], args:tuple, fn:str) -> tuple[int, ...]:
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
@@ -81,8 +81,9 @@ def jacrev(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
   """
   def jacobian(*args):
     nums = _argnums(argnums, args, "jacrev")
-    xs = [x for i in nums for x in _leaves(args[i])]
-    out, aux = _split_aux(fn(*args), has_aux, "jacrev")
+    # fn gets fresh copies of the differentiated leaves (as jvp gives it): what it closes over is a constant, as in JAX
+    xs = [fresh_copy(x) for i in nums for x in _leaves(args[i])]
+    out, aux = _split_aux(fn(*_with(args, nums, xs)), has_aux, "jacrev")
     def rows(y):
       if not isinstance(y, Tensor): raise TypeError(f"jacrev: fn must return Tensors, got {type(y).__name__}")
       def vjp(ct:Tensor): return y.gradient(*xs, gradient=ct.reshape(y.shape).cast(y.dtype), materialize_grads=True)

@@ -140,13 +140,19 @@ def jvp_tensors(outputs:Sequence[Tensor], inputs:Sequence[Tensor], tangents:Sequ
   ts = jvp_uops([o.uop for o in outputs], [x.uop for x in inputs], [None if t is None else t.uop for t in tangents])
   return [Tensor(t, device=o.device) for o,t in zip(outputs, ts)]
 
+def fresh_copy(x:Tensor) -> Tensor:
+  """x times a unique 1: a Tensor of x's value whose UOp nothing else has, so a transform can tell the argument it differentiates from
+  the same Tensor closed over (JAX's tracers). The scheduler folds the multiply away, and the unique const keys like an input buffer
+  in the schedule cache, so repeat calls still hit it."""
+  return x * Tensor(1, device=x.device, dtype=x.dtype, _force_unique=True)
+
 def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]:
   """
   JAX's `jvp`: `fn(*primals)` and its directional derivative along `tangents`, as `(primals_out, tangents_out)`. `fn` takes Tensors
   and returns a Tensor or a tuple/list/dict of them (nested); `tangents_out` has the same structure. Nothing is realized.
 
-  Tensors are matched by their UOp: a Tensor `fn` closes over that was computed from a primal moves with it, and the same Tensor
-  can't be passed as two primals.
+  As in JAX, `fn` gets fresh copies of the primals: a Tensor it closes over is a constant, even when it is (or was computed from) a
+  primal, and the same Tensor may be passed as two primals (each moves along its own tangent).
 
   ```python exec="true" source="above" session="tensor" result="python"
   from tinygrad.jvp import jvp
@@ -163,9 +169,10 @@ def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]
     raise ValueError(f"jvp primal {bad} and its tangent have different structures: {_structure(primals[bad])} and {_structure(tangents[bad])}")
   flat_primals, flat_tangents = _leaves(list(primals)), _leaves(list(tangents))
   _check(flat_primals, flat_tangents, "jvp")
-  if len(set(x.uop for x in flat_primals)) != len(flat_primals): raise ValueError("jvp got the same Tensor as two primals, pass distinct Tensors")
-  out = fn(*primals)
+  fresh = [x if t is None else fresh_copy(x) for x,t in zip(flat_primals, flat_tangents)]
+  it = iter(fresh)
+  out = fn(*_tree_map(lambda _x, _s, _p: next(it), list(primals), None, "", ""))
   if bad:=[l for l in _leaves(out) if not isinstance(l, Tensor)]:
     raise TypeError(f"jvp: fn must return a Tensor or a tuple/list/dict of Tensors, got a {type(bad[0]).__name__}")
-  touts = iter(jvp_tensors(_leaves(out), flat_primals, flat_tangents))
+  touts = iter(jvp_tensors(_leaves(out), fresh, flat_tangents))
   return out, _tree_map(lambda _y, _s, _p: next(touts), out, None, "output", "out")

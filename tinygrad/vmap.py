@@ -5,8 +5,8 @@
 scheduler turns the scope into a loop over the RANGE inside the kernel. `vmap_range` and `varg` are the helpers to build a bracket by hand.
 """
 from __future__ import annotations
-import functools, inspect, itertools
-from dataclasses import dataclass
+import functools, gc, inspect, itertools, weakref
+from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import is_numpy_ndarray
@@ -74,6 +74,8 @@ class _Scope:
   randomness: str
   start: int
   batch: int
+  took: list = field(default_factory=list)   # (weakref, old UOp) of the Tensors outside the scope that took a per-example value of it
+
 
   def enter(self, x:Tensor, axis:int) -> Tensor:
     """one example of x, whose axis `axis` is this scope's batch"""
@@ -87,6 +89,23 @@ class _Scope:
 
 # the scopes open while a vmapped function is traced, outermost first
 _scopes: list[_Scope] = []
+
+def _took_example(t:Tensor, v:Tensor):
+  """t (no buffer, outside a scope) takes v, a per-example value: fine for a Tensor made in the function, refused if it outlives it"""
+  for s in _scopes:
+    if any(r in v.uop.ranges and r not in t.uop.ranges for r in s.rngs): s.took.append((weakref.ref(t), t.uop))
+
+def _refuse_escaped(scope:_Scope):
+  """the Tensors that took a per-example value and are still alive once the function and its outputs are done with were closed over:
+  every example would write them. Give them their old value back and raise"""
+  def escaped(): return [(t, old) for ref, old in scope.took if (t:=ref()) is not None]
+  if not (bad:=escaped()): return
+  gc.collect()   # a local Tensor kept alive only by a reference cycle isn't an escape
+  if not (bad:=escaped()): return
+  for t, old in bad: t.uop = old
+  raise RuntimeError(f"vmap: a Tensor that outlives the vmapped function (shape {bad[0][0].shape}: closed over, like a module's running "
+                     "statistics, or stored outside it) was given a value that depends on the example (assign, setitem, +=): every example "
+                     "would write it. Return the per-example value from the function instead, or update the Tensor outside the vmap")
 
 def _rand_in_scope(shape:tuple[int, ...], **kwargs) -> Tensor|None:
   """Tensor.rand inside vmapped functions: refused ("error"), one draw for every example ("same"), or a draw per example ("different")"""
@@ -209,15 +228,18 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
         return scope.enter(x, axis)
       _scopes.append(scope)
       prev_hook, tinygrad.tensor.rand_hook = tinygrad.tensor.rand_hook, _rand_in_scope
+      tinygrad.tensor.took_example_hook = _took_example
       try:
         out = fn(*[_tree_map(enter, a, ax, "", "") for a,ax in zip(args, axes)],
                  **{k: _tree_map(enter, v, kwaxes[k], "", "") for k,v in kwargs.items()})
       finally:
         _scopes.pop()
         tinygrad.tensor.rand_hook = prev_hook
+        if not _scopes: tinygrad.tensor.took_example_hook = None
       def exit_(y, axis, path):
         if y is None: return None   # an empty subtree, as in JAX
-        # a Python number (or a numpy array) is an output that doesn't depend on the batch
+        # a Python number, a numpy array or a numpy scalar (np.float64 is a float, np.float32 isn't) is an output that doesn't depend on the batch
+        if type(y).__module__ == "numpy" and not is_numpy_ndarray(y) and hasattr(y, "__array__"): y = y.__array__()
         if isinstance(y, (int, float)) or is_numpy_ndarray(y): y = Tensor(y)
         if not isinstance(y, Tensor):
           raise TypeError(f"vmap: fn must return a Tensor, a Python number, None or a tuple/list/dict of those, got {type(y).__name__} at {path}")
@@ -229,7 +251,10 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
         if isinstance(axis, bool) or not -(y.ndim+1) <= axis <= y.ndim:
           raise ValueError(f"vmap out_axes {axis} for {path} is out of range: the batched output has {y.ndim+1} axes (shape {(n,)+y.shape})")
         return scope.exit(y, axis % (y.ndim+1))
-      return _tree_map(exit_, out, out_axes, "output", "out_axes")
+      ret = _tree_map(exit_, out, out_axes, "output", "out_axes")
+      del out   # fn's own output Tensors: the batch is ret, those are one example
+      if scope.took: _refuse_escaped(scope)
+      return ret
 
     if n == 0 or chunk_size is None or chunk_size >= n: return call(_Scope(n, (UOp.range(n, next(_vmap_range_ids)),), randomness, 0, n), 0, n)
     chunks, rest = divmod(n, chunk_size)
