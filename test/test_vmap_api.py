@@ -463,6 +463,14 @@ class TestAssign(VmapTestCase):
     with self.assertRaisesRegex(RuntimeError, "outlives the vmapped function"): vmap(lambda a: acc.assign(a))(Tensor(rand(4, 3)))
     self.assert_close(acc.numpy(), np.zeros(3))
 
+  def test_closed_over_intact_when_fn_raises(self):
+    acc = Tensor.zeros(3, dtype=dtypes.float64)
+    def f(a):
+      acc.assign(acc + a)
+      raise KeyError("fn's own error")
+    with self.assertRaises(KeyError): vmap(f)(Tensor(rand(4, 3)))
+    self.assert_close(acc.numpy(), np.zeros(3))
+
   def test_batchnorm_running_stats_raise(self):
     # torch.func refuses this too: the running statistics would get one example's batch statistics
     from tinygrad import nn

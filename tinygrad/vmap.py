@@ -76,7 +76,6 @@ class _Scope:
   batch: int
   took: list = field(default_factory=list)   # (weakref, old UOp) of the Tensors outside the scope that took a per-example value of it
 
-
   def enter(self, x:Tensor, axis:int) -> Tensor:
     """one example of x, whose axis `axis` is this scope's batch"""
     if len(self.rngs) == 2: x = x.reshape(x.shape[:axis] + tuple(r.vmax+1 for r in self.rngs) + x.shape[axis+1:])
@@ -95,15 +94,18 @@ def _took_example(t:Tensor, v:Tensor):
   for s in _scopes:
     if any(r in v.uop.ranges and r not in t.uop.ranges for r in s.rngs): s.took.append((weakref.ref(t), t.uop))
 
+def _give_back(took:list) -> list[Tensor]:
+  """the Tensors of `took` still alive, with their old values back"""
+  for t, old in (alive:=[(t, old) for ref, old in took if (t:=ref()) is not None]): t.uop = old
+  return [t for t,_ in alive]
+
 def _refuse_escaped(scope:_Scope):
   """the Tensors that took a per-example value and are still alive once the function and its outputs are done with were closed over:
   every example would write them. Give them their old value back and raise"""
-  def escaped(): return [(t, old) for ref, old in scope.took if (t:=ref()) is not None]
-  if not (bad:=escaped()): return
+  if not any(ref() is not None for ref,_ in scope.took): return
   gc.collect()   # a local Tensor kept alive only by a reference cycle isn't an escape
-  if not (bad:=escaped()): return
-  for t, old in bad: t.uop = old
-  raise RuntimeError(f"vmap: a Tensor that outlives the vmapped function (shape {bad[0][0].shape}: closed over, like a module's running "
+  if not (bad:=_give_back(scope.took)): return
+  raise RuntimeError(f"vmap: a Tensor that outlives the vmapped function (shape {bad[0].shape}: closed over, like a module's running "
                      "statistics, or stored outside it) was given a value that depends on the example (assign, setitem, +=): every example "
                      "would write it. Return the per-example value from the function instead, or update the Tensor outside the vmap")
 
@@ -232,6 +234,9 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
       try:
         out = fn(*[_tree_map(enter, a, ax, "", "") for a,ax in zip(args, axes)],
                  **{k: _tree_map(enter, v, kwaxes[k], "", "") for k,v in kwargs.items()})
+      except BaseException:
+        _give_back(scope.took)   # a failed call leaves what it wrote to intact
+        raise
       finally:
         _scopes.pop()
         tinygrad.tensor.rand_hook = prev_hook
