@@ -57,6 +57,41 @@ class TestShardedBatch(VmapTestCase):
       X = Tensor(x).pad(((0, -5 % n_dev), (0, 0))).shard(devices(n_dev), axis=0)
       with self.subTest(n_dev=n_dev): self.assert_close(vmap(lambda e: e.softmax())(X).to("CPU")[:5].numpy(), np_loop(np_softmax, x))
 
+  def test_like_constructors(self):
+    # the example isn't sharded, the batch is: *_like of an example has the example's shape (it had the batch size's)
+    self.sharded(lambda x: x.ones_like() * 2 + x.full_like(3.0) - x.zeros_like(), nfn=lambda x: np.full_like(x, 5.0), shape=(5,))
+
+  def test_constant_on_the_left(self):
+    # a constant made on one device, beside an example: either order (only the right worked)
+    self.sharded(lambda x: Tensor.arange(5) * x + Tensor.ones(5), nfn=lambda x: np.arange(5) * x + 1, shape=(5,))
+    self.sharded(lambda x: Tensor.eye(5) @ x, nfn=lambda x: x, shape=(5,))
+
+  def test_sort_topk_triu(self):
+    self.sharded(lambda x: x.sort()[0], nfn=np.sort, shape=(7,))
+    self.sharded(lambda x: x.topk(2)[0], nfn=lambda x: -np.sort(-x)[:2], shape=(7,))
+    self.sharded(lambda x: (x.reshape(5, 1) * x.reshape(1, 5)).triu(), nfn=lambda x: np.triu(np.outer(x, x)), shape=(5,))
+
+  def test_out_axis_like(self):
+    # the batch a VMAPOUT puts back is sharded on its out axis: zeros_like of it has its shape
+    X = Tensor(rand(6, 5)).shard(devices(2), axis=0)
+    y = vmap(lambda x: x * 2, out_axes=1)(X)
+    self.assertEqual(y.uop.axis, 1)
+    self.assertEqual(y.zeros_like().shape, (5, 6))
+
+  def test_nested_batch_sharded_on_inner_axis(self):
+    x = rand(3, 4, 5)
+    self.assert_close(vmap(vmap(lambda e: e * 2 + e.sum()))(Tensor(x).shard(devices(2), axis=1)).numpy(), x * 2 + x.sum(-1, keepdims=True))
+
+  def test_randomness(self):
+    # the same draws as on one device: "different" is Tensor.rand(N, ...) row by row, "same" one draw for every example
+    X = Tensor.zeros(4, 3).contiguous().shard(devices(2), axis=0)
+    for mode, want in (("different", lambda: Tensor.rand(4, 3).numpy()), ("same", lambda: np.broadcast_to(Tensor.rand(3).numpy(), (4, 3)))):
+      with self.subTest(mode=mode):
+        Tensor.manual_seed(7)
+        got = vmap(lambda e: e + Tensor.rand(3), randomness=mode)(X).numpy()
+        Tensor.manual_seed(7)
+        self.assert_close(got, want())
+
   def test_kernels_per_device(self):
     f = lambda e: (e*e).sum() * e.max()
     x = rand(6, 4)
@@ -92,6 +127,13 @@ class TestShardedGradients(VmapTestCase):
     g = vmap(lambda x, w: self.loss(x, w).gradient(w)[0], in_axes=(0, None))(Tensor(self.x).shard(self.devs, axis=0), Tensor(self.w).to(self.devs))
     self.assert_close(g.numpy(), 2*((self.x @ self.w) - 1)[:, None] * self.x)
 
+  def test_backward_one_example_per_device(self):
+    # a shard of one example: its RANGE has one iteration, which can't be a REDUCE source (it crashed in codegen)
+    x, w = rand(3, 4), rand(4, 2)
+    W = Tensor(w).to(self.devs).requires_grad_()
+    vmap(lambda x, w: ((x @ w) ** 2).sum(), in_axes=(0, None))(Tensor(x).shard(self.devs, axis=0), W).sum().backward()
+    self.assert_close(W.grad.numpy(), 2 * x.T @ (x @ w))
+
   def test_backward_sums_replicated_weight(self):
     X = Tensor(self.x).shard(self.devs, axis=0).requires_grad_()
     W = Tensor(self.w).to(self.devs).requires_grad_()
@@ -115,6 +157,15 @@ class TestShardedErrors(VmapTestCase):
   def test_reduce_over_sharded_axis_inside_scope(self):
     x = Tensor(rand(6, 4)).shard(devices(2), axis=0)
     with self.assertRaisesRegex(NotImplementedError, "reduce over a sharded axis inside a vmap scope"): vmap(lambda e: e.sum(), in_axes=1)(x).realize()
+
+  def test_chunk_size(self):
+    x = Tensor(rand(8, 3)).shard(devices(2), axis=0)
+    with self.assertRaisesRegex(NotImplementedError, "chunk_size with a batch sharded on"): vmap(lambda e: e * 2, chunk_size=3)(x)
+    self.assert_close(vmap(lambda e: e * 2, chunk_size=8)(x).numpy(), x.numpy() * 2)
+
+  def test_mapped_inputs_on_different_devices(self):
+    a, b = Tensor(rand(4, 2)).shard(devices(2), axis=0), Tensor(rand(4, 2)).shard(("CPU:2", "CPU:3"), axis=0)
+    with self.assertRaisesRegex(RuntimeError, "sharded on different devices"): vmap(lambda a, b: a*b)(a, b)
 
   def test_result_sharded_on_two_axes(self):
     x, y = Tensor(rand(4, 2)).shard(devices(2), axis=0), Tensor(rand(4, 2)).shard(devices(2), axis=1)

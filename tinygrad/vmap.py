@@ -75,6 +75,7 @@ class _Scope:
   start: int
   batch: int
   took: list = field(default_factory=list)   # (weakref, old UOp) of the Tensors outside the scope that took a per-example value of it
+  devices: tuple[str, ...]|None = None       # the devices of a batch sharded on its mapped axis
 
   def enter(self, x:Tensor, axis:int) -> Tensor:
     """one example of x, whose axis `axis` is this scope's batch"""
@@ -116,13 +117,17 @@ def _rand_in_scope(shape:tuple[int, ...], **kwargs) -> Tensor|None:
     raise RuntimeError("vmap: random numbers (Tensor.rand/randn/randint/dropout, ...) inside a vmapped function need a randomness mode: "
                        "vmap(fn, randomness='same') shares one draw across the batch, randomness='different' draws per example")
   different = [s for s in _scopes if s.randomness == "different"]
-  if not different and not _draws: return None
+  sharded = [s for s in _scopes if s.devices is not None]
+  if not different and not _draws and not sharded: return None
   if (replay:=next((d for d in _draws if d.replaying), None)) is not None and replay.pos < len(replay.drawn): ret = replay.drawn[replay.pos]
   else:
     tinygrad.tensor.rand_hook = None
     try:
       # the draws of every example of the whole batch, taken outside the scopes; each scope takes its examples, then one of them
       ret = Tensor.rand(*[s.batch for s in different], *shape, **kwargs)
+      # with a batch sharded on several devices, its examples' draws are sharded with them, and a draw they share is on each device
+      if sharded: ret = ret.to(sharded[0].devices) if (k:=next((i for i,d in enumerate(different) if d is sharded[0]), None)) is None else \
+        ret.shard(sharded[0].devices, axis=k)
     finally: tinygrad.tensor.rand_hook = _rand_in_scope
   if replay is not None: replay.pos += 1
   for d in _draws:
@@ -221,6 +226,12 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
       raise RuntimeError(f"vmap over a sharded batch: an input mapped with it is on {single[0][1]}, not on the batch's devices {sharded[0]}: "
                          f"{single[0][0]} (shard it on its mapped axis)")
     assert isinstance(n, int), f"vmap needs a concrete batch size, got {n}"
+    if len(set(sharded)) > 1:
+      raise RuntimeError(f"vmap over a sharded batch: its mapped inputs are sharded on different devices, {sharded[0]} and "
+                         f"{next(d for d in sharded if d != sharded[0])}: shard them on the same devices")
+    if sharded and chunk_size is not None and chunk_size < n:
+      raise NotImplementedError(f"vmap chunk_size with a batch sharded on {sharded[0]}: each device runs its shard as one loop already, "
+                                "drop chunk_size (or pass fewer examples per call)")
 
     def call(scope:_Scope, start:int, stop:int):
       """fn on the examples start:stop of the batch, inside `scope`"""
@@ -261,7 +272,8 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
       if scope.took: _refuse_escaped(scope)
       return ret
 
-    if n == 0 or chunk_size is None or chunk_size >= n: return call(_Scope(n, (UOp.range(n, next(_vmap_range_ids)),), randomness, 0, n), 0, n)
+    if n == 0 or chunk_size is None or chunk_size >= n:
+      return call(_Scope(n, (UOp.range(n, next(_vmap_range_ids)),), randomness, 0, n, devices=sharded[0] if sharded else None), 0, n)
     chunks, rest = divmod(n, chunk_size)
     _draws.append(draws:=_Draws([]))
     try:
