@@ -40,6 +40,15 @@ class TestInAxes(VmapTestCase):
   def test_python_number_passes_through(self):
     x = rand(4, 3)
     self.assert_close(vmap(lambda x, s: x*s)(Tensor(x), 2.5).numpy(), x*2.5)
+  def test_numpy_scalar_argument(self):
+    # a numpy scalar is a 0-d array, as in JAX: passed to every example with in_axes None (np.float32 isn't a float: Tensor * it failed)
+    x = rand(4, 3)
+    for c in (np.float32(2.5), np.float64(2.5), np.int64(2)):
+      with self.subTest(dtype=type(c).__name__):
+        self.assert_close(vmap(lambda x, s: x * s, in_axes=(0, None))(Tensor(x), c).numpy(), x * c)
+    with self.assertRaisesRegex(ValueError, "map argument s along axis 0, which implies that its rank should be at least 1"):
+      vmap(lambda x, s: x * s)(Tensor(x), np.float32(2.5))
+
   def test_numpy_array_is_mapped(self):
     # as jax.vmap maps a numpy array: it becomes a Tensor and in_axes applies to it
     x, y = rand(4, 3), rand(3, 4)
@@ -88,6 +97,19 @@ class TestInAxes(VmapTestCase):
     np.testing.assert_allclose(y[[0, 12345, 10**7-1]].numpy(), [np.sqrt(2*v+1) + v for v in (0, 12345, 10**7-1)], rtol=1e-6)
 
 class TestPytrees(VmapTestCase):
+  def test_dict_subclasses_keep_their_type(self):
+    # as in JAX: an OrderedDict or a defaultdict goes in and comes out as itself (a defaultdict keeps its default_factory)
+    from collections import OrderedDict, defaultdict
+    x = rand(4, 3)
+    out = vmap(lambda x: OrderedDict(b=x.sum(), a=x * 2))(Tensor(x))
+    self.assertIs(type(out), OrderedDict)
+    self.assertEqual(list(out), ["b", "a"])
+    self.assert_close(out["a"].numpy(), x * 2)
+    seen = []
+    got = vmap(lambda d: (seen.append(type(d)), d["x"].sum() if d["missing"] is None else d["x"])[1])(defaultdict(lambda: None, {"x": Tensor(x)}))
+    self.assertEqual(seen, [defaultdict])
+    self.assert_close(got.numpy(), x.sum(1))
+
   def test_dict_in_axes_per_key(self):
     a, b = rand(5, 3), rand(3, 5)
     got = vmap(lambda d: d["a"] * d["b"].sum(), in_axes=({"a": 0, "b": 1},))({"a": Tensor(a), "b": Tensor(b)}).numpy()
@@ -611,6 +633,13 @@ class TestSetitem(VmapTestCase):
 class TestErrors(unittest.TestCase):
   def raises(self, exc, msg, fn, *args, **kw):
     with self.assertRaisesRegex(exc, msg): vmap(fn, **kw)(*args)
+
+  def test_bool_axes(self):
+    # a bool is an int to Python, not an axis: JAX's TypeError, not a rank error that contradicts itself
+    x = Tensor(rand(4, 3))
+    self.raises(TypeError, "in_axes must be an int, None, or a \\(nested\\) tuple/list/dict of those, got True for argument a",
+                lambda a, b: a*b, x, x, in_axes=(True, 0))
+    self.raises(TypeError, "out_axes must be an int, None, .* got False for output", lambda a: a*2, x, out_axes=False)
 
   def test_inconsistent_sizes(self):
     self.raises(ValueError, r"inconsistent sizes for array axes to be mapped: axis 0 of argument a had size 3, axis 1 of argument b had size 2",

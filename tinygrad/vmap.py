@@ -36,11 +36,17 @@ def _is_node(x) -> bool: return isinstance(x, (tuple, list, dict))
 def _children(x) -> list[tuple[str, Any]]:
   return [(f"[{k!r}]", v) for k,v in x.items()] if isinstance(x, dict) else [(f"[{i}]", v) for i,v in enumerate(x)]
 def _rebuild(like, values:list):
-  if isinstance(like, dict): return dict(zip(like.keys(), values))
+  if isinstance(like, dict):
+    if type(like) is dict: return dict(zip(like.keys(), values))
+    # an OrderedDict, a defaultdict (its default_factory), ...: copy() keeps the type and what its constructor would need
+    ret = like.copy()
+    ret.update(zip(like.keys(), values))
+    return ret
   return type(like)(*values) if hasattr(like, "_fields") else type(like)(values)
 
 def _tree_map(fn:Callable, tree, spec, path:str, what:str):
   """fn(leaf, spec_for_leaf, path) over the leaves of tree, with spec a tree prefix of it (an int or None stands for a whole subtree)"""
+  if isinstance(spec, bool): raise TypeError(f"vmap {what} must be an int, None, or a (nested) tuple/list/dict of those, got {spec!r} for {path}")
   if spec is None or isinstance(spec, int): return _rebuild(tree, [_tree_map(fn, v, spec, path+k, what) for k,v in _children(tree)]) \
     if _is_node(tree) else fn(tree, spec, path)
   if not _is_node(spec): raise TypeError(f"vmap {what} entries must be an int, None, or a tuple/list/dict of those, got {spec!r} for {path}")
@@ -53,10 +59,15 @@ def _tree_map(fn:Callable, tree, spec, path:str, what:str):
   specs = [spec[k] for k in tree] if isinstance(spec, dict) else list(spec)
   return _rebuild(tree, [_tree_map(fn, v, s, path+k, what) for (k,v),s in zip(_children(tree), specs)])
 
+def _from_numpy(x):
+  """a numpy array or numpy scalar (np.float64 is a float, np.float32 isn't) as a Tensor of its dtype, anything else as it is"""
+  if type(x).__module__ == "numpy" and not is_numpy_ndarray(x) and hasattr(x, "__array__"): x = x.__array__()
+  return Tensor(x) if is_numpy_ndarray(x) else x
+
 def _arrays_to_tensors(tree):
-  """numpy arrays among the arguments become Tensors, as jax.vmap takes them as arrays: they are mapped by in_axes like Tensors"""
+  """numpy arrays and scalars among the arguments become Tensors, as jax.vmap takes them as arrays: mapped by in_axes like Tensors"""
   if _is_node(tree): return _rebuild(tree, [_arrays_to_tensors(v) for _,v in _children(tree)])
-  return Tensor(tree) if is_numpy_ndarray(tree) else tree
+  return _from_numpy(tree)
 
 def _leaves(tree) -> list:
   return [l for _,v in _children(tree) for l in _leaves(v)] if _is_node(tree) else [tree]
@@ -208,7 +219,7 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
     devices: list[tuple[str, str|tuple[str, ...]]] = []
     def leaf_axis(x, axis:int|None, path:str) -> int|None:
       if axis is None or not isinstance(x, Tensor): return None
-      if isinstance(axis, bool) or not -x.ndim <= axis < x.ndim:
+      if not -x.ndim <= axis < x.ndim:
         raise ValueError(f"vmap was requested to map {path} along axis {axis}, which implies that its rank should be at least "
                          f"{axis+1 if axis >= 0 else -axis}, but is only {x.ndim} (its shape is {x.shape})")
       sizes.append((path, axis % x.ndim, x.shape[axis]))
@@ -254,9 +265,8 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
         if not _scopes: tinygrad.tensor.took_example_hook = None
       def exit_(y, axis, path):
         if y is None: return None   # an empty subtree, as in JAX
-        # a Python number, a numpy array or a numpy scalar (np.float64 is a float, np.float32 isn't) is an output that doesn't depend on the batch
-        if type(y).__module__ == "numpy" and not is_numpy_ndarray(y) and hasattr(y, "__array__"): y = y.__array__()
-        if isinstance(y, (int, float)) or is_numpy_ndarray(y): y = Tensor(y)
+        # a Python number, a numpy array or a numpy scalar is an output that doesn't depend on the batch
+        if isinstance(y:=_from_numpy(y), (int, float)): y = Tensor(y)
         if not isinstance(y, Tensor):
           raise TypeError(f"vmap: fn must return a Tensor, a Python number, None or a tuple/list/dict of those, got {type(y).__name__} at {path}")
         if axis is None:
@@ -264,7 +274,7 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
             raise ValueError(f"vmap has mapped output but out_axes is None for {path}: it depends on the batch")
           return y
         if sharded: _check_on_devices(y, sharded[0], path)
-        if isinstance(axis, bool) or not -(y.ndim+1) <= axis <= y.ndim:
+        if not -(y.ndim+1) <= axis <= y.ndim:
           raise ValueError(f"vmap out_axes {axis} for {path} is out of range: the batched output has {y.ndim+1} axes (shape {(n,)+y.shape})")
         return scope.exit(y, axis % (y.ndim+1))
       ret = _tree_map(exit_, out, out_axes, "output", "out_axes")
