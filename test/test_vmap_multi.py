@@ -134,6 +134,27 @@ class TestShardedGradients(VmapTestCase):
     vmap(lambda x, w: ((x @ w) ** 2).sum(), in_axes=(0, None))(Tensor(x).shard(self.devs, axis=0), W).sum().backward()
     self.assert_close(W.grad.numpy(), 2 * x.T @ (x @ w))
 
+  def test_pairwise_gradients_together(self):
+    # an inner vmap that doesn't map the sharded batch: the sum over its RANGE of a sharded value is each device's own (it crashed when
+    # both gradients were realized together, as an optimizer step does)
+    a, b = rand(6), rand(3)
+    A, B = Tensor(a).shard(self.devs, axis=0).requires_grad_(), Tensor(b).to(self.devs).requires_grad_()
+    ga, gb = vmap(vmap(lambda a, b: (a * b).sin(), in_axes=(None, 0)), in_axes=(0, None))(A, B).sum().gradient(A, B)
+    Tensor.realize(ga, gb)
+    self.assert_close(ga.numpy(), (np.cos(a[:, None] * b[None]) * b[None]).sum(1))
+    self.assert_close(gb.numpy(), (np.cos(a[:, None] * b[None]) * a[:, None]).sum(0))
+
+  def test_backward_through_inner_broadcast(self):
+    X = Tensor(self.x[:, 0]).shard(self.devs, axis=0).requires_grad_()
+    vmap(vmap(lambda e: e.sin(), in_axes=None, axis_size=2))(X).sum().backward()
+    self.assert_close(X.grad.numpy(), 2 * np.cos(self.x[:, 0]))
+
+  def test_gradient_through_batch_of_one_raises(self):
+    # not sharded yet: a clear error (it gave a wrong gradient or crashed in the scheduler)
+    A, B = Tensor(self.x[:, 0]).shard(self.devs, axis=0).requires_grad_(), Tensor(self.w).to(self.devs).requires_grad_()
+    out = vmap(vmap(lambda a, b: a * b, in_axes=None, axis_size=1), in_axes=(0, None))(A, B)
+    with self.assertRaisesRegex(NotImplementedError, "a gradient through a vmap over one example"): out.sum().gradient(A, B)
+
   def test_backward_sums_replicated_weight(self):
     X = Tensor(self.x).shard(self.devs, axis=0).requires_grad_()
     W = Tensor(self.w).to(self.devs).requires_grad_()
