@@ -149,6 +149,13 @@ class TestShardedGradients(VmapTestCase):
     vmap(vmap(lambda e: e.sin(), in_axes=None, axis_size=2))(X).sum().backward()
     self.assert_close(X.grad.numpy(), 2 * np.cos(self.x[:, 0]))
 
+  def test_gradient_meeting_inside_inner_vmap_raises(self):
+    # a's gradient from the passthrough output and from a*b meet inside the inner scope: their sum over the sharded batch would need an
+    # allreduce inside a loop. A clear error (it failed codegen's verification)
+    A, B = Tensor(self.w[:3]).to(self.devs).requires_grad_(), Tensor(rand(6, 3)).shard(self.devs, axis=0).requires_grad_()
+    o = vmap(vmap(lambda a, b: (a * b, a)), in_axes=(None, 0), out_axes=(0, None))(A, B)
+    with self.assertRaisesRegex(NotImplementedError, "inside another vmap scope"): (o[0].sum() + o[1].sum()).gradient(A)[0].realize()
+
   def test_gradient_through_batch_of_one_raises(self):
     # not sharded yet: a clear error (it gave a wrong gradient or crashed in the scheduler)
     A, B = Tensor(self.x[:, 0]).shard(self.devs, axis=0).requires_grad_(), Tensor(self.w).to(self.devs).requires_grad_()
