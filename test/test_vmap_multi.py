@@ -59,7 +59,7 @@ class TestShardedBatch(VmapTestCase):
 
   def test_like_constructors(self):
     # the example isn't sharded, the batch is: *_like of an example has the example's shape (it had the batch size's)
-    self.sharded(lambda x: x.ones_like() * 2 + x.full_like(3.0) - x.zeros_like(), nfn=lambda x: np.full_like(x, 5.0), shape=(5,))
+    self.sharded(lambda x: x * x.ones_like() * 2 + x.full_like(3.0) - x.zeros_like(), nfn=lambda x: 2 * x + 3, shape=(5,))
 
   def test_constant_on_the_left(self):
     # a constant made on one device, beside an example: either order (only the right worked)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable
 from tinygrad.dtype import dtypes
 from tinygrad.tensor import Tensor
-from tinygrad.vmap import vmap, _tree_map, _leaves
+from tinygrad.vmap import vmap, _tree_map, _leaves, _unflatten
 from tinygrad.jvp import jvp, fresh_copy
 
 def _argnums(argnums:int|tuple[int, ...], args:tuple, fn:str) -> tuple[int, ...]:
@@ -24,9 +24,6 @@ def _argnums(argnums:int|tuple[int, ...], args:tuple, fn:str) -> tuple[int, ...]
   return tuple(i % len(args) for i in nums)
 
 def _tree_apply(fn:Callable, tree): return _tree_map(lambda leaf, _spec, _path: fn(leaf), tree, None, "", "")
-def _unflatten(like, leaves:list):
-  it = iter(leaves)
-  return _tree_apply(lambda _: next(it), like)
 
 def _with(args:tuple, nums:tuple[int, ...], leaves:list) -> list:
   """args with the leaves of each args[nums[k]], in order, replaced by `leaves`"""

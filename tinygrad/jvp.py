@@ -11,7 +11,7 @@ from tinygrad.dtype import dtypes
 from tinygrad.uop.ops import UOp, PatternMatcher, UPat, Ops, GroupOp
 from tinygrad.gradient import prod_of_others
 from tinygrad.tensor import Tensor
-from tinygrad.vmap import _leaves, _tree_map
+from tinygrad.vmap import _leaves, _unflatten
 
 # a zero tangent is None: rules skip the terms it would give, so the parts of a graph the inputs don't reach build no tangent graph
 def _add(*ts:UOp|None) -> UOp|None:
@@ -170,9 +170,7 @@ def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]
   flat_primals, flat_tangents = _leaves(list(primals)), _leaves(list(tangents))
   _check(flat_primals, flat_tangents, "jvp")
   fresh = [x if t is None else fresh_copy(x) for x,t in zip(flat_primals, flat_tangents)]
-  it = iter(fresh)
-  out = fn(*_tree_map(lambda _x, _s, _p: next(it), list(primals), None, "", ""))
+  out = fn(*_unflatten(list(primals), fresh))
   if bad:=[l for l in _leaves(out) if not isinstance(l, Tensor)]:
     raise TypeError(f"jvp: fn must return a Tensor or a tuple/list/dict of Tensors, got a {type(bad[0]).__name__}")
-  touts = iter(jvp_tensors(_leaves(out), fresh, flat_tangents))
-  return out, _tree_map(lambda _y, _s, _p: next(touts), out, None, "output", "out")
+  return out, _unflatten(out, jvp_tensors(_leaves(out), fresh, flat_tangents))

@@ -72,6 +72,11 @@ def _arrays_to_tensors(tree):
 def _leaves(tree) -> list:
   return [l for _,v in _children(tree) for l in _leaves(v)] if _is_node(tree) else [tree]
 
+def _unflatten(like, leaves:list):
+  """a tree of like's structure holding `leaves` (in the order of _leaves)"""
+  it = iter(leaves)
+  return _tree_map(lambda _l, _s, _p: next(it), like, None, "", "")
+
 # *** the scopes of a vmapped call ***
 
 RANDOMNESS = ("error", "same", "different")
