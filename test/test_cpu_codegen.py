@@ -10,7 +10,7 @@ from tinygrad.codegen import get_program
 from tinygrad.codegen.opt import OptOps, Opt
 from tinygrad.helpers import Context, getenv, diskcache_get, diskcache_put
 from tinygrad.uop.ops import Ops, GroupOp
-from tinygrad.engine.realize import CompiledRunner, get_runner, method_cache, quick_tier
+from tinygrad.engine.realize import CompiledRunner, get_runner, method_cache, quick_tier, finish_full_builds
 from tinygrad.runtime.support.compiler_cpu import ClangJITCompiler
 
 def pairwise_dist(p:Tensor, q:Tensor) -> Tensor: return ((p - q) ** 2).sum().sqrt()  # bench W5's per-pair function
@@ -115,10 +115,23 @@ class TestCPUVectorALUs(unittest.TestCase):
     p = program((Tensor.empty(64) * 3 + 1).contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)))
     self.assertEqual(self.alus(p), {("MUL", 4), ("ADD", 4)})
 
-  def test_decomposed_ops_are_scalar(self):
-    # EXP2 has no C code on the CPU: it is split per lane before the decomposition, which stays scalar (as cold_branch expects)
-    p = program(Tensor.empty(64).exp2().contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)))
-    self.assertEqual({n for n, c in self.alus(p) if c > 1}, set())
+  def test_decomposed_transcendentals_are_vectors(self):
+    # sin/exp2/log2 have no C code on the CPU: float32's are decomposed as vectors (SIMD over the lanes), float64's exp2 per lane
+    # (built on float64<->int64 conversions AVX2 has no vector form of), float64's sin as a vector
+    for dt, fn, vector in ((dtypes.float32, Tensor.exp2, True), (dtypes.float32, Tensor.log2, True), (dtypes.float32, Tensor.sin, True),
+                           (dtypes.float64, Tensor.exp2, False), (dtypes.float64, Tensor.sin, True)):
+      with self.subTest(dtype=dt, fn=fn.__name__):
+        p = program(fn(Tensor.empty(64, dtype=dt)).contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)))
+        self.assertEqual({n for n, c in self.alus(p) if c > 1} >= {"MUL", "ADD"}, vector)
+
+  def test_transcendental_upcasts_a_vector(self):
+    # an elementwise kernel with a decomposed transcendental upcasts the axis it varies along to 32 bytes: the store's unit-stride axis,
+    # else the outermost (a vmap's batch, the kernel of bench W4's Jacobian: the 6 and 4 of each example's stack stay masked upcasts)
+    self.assertEqual(tile(program(Tensor.empty(64, 64).exp())), [(OptOps.UPCAST, 8)])
+    self.assertEqual(tile(program(Tensor.empty(64, 64, dtype=dtypes.float64).sin())), [(OptOps.UPCAST, 4)])
+    p = program(vmap(lambda s: Tensor.stack(s[0].sin(), s[1], s[0].cos() * 2))(Tensor.empty(64, 2)))
+    self.assertEqual([(o.op, o.axis, o.arg) for o in p.applied_opts], [(OptOps.UPCAST, 1, 0), (OptOps.UPCAST, 0, 8)])
+    self.assertEqual(tile(program(Tensor.empty(64, 64).sqrt())), [(OptOps.UPCAST, 4)])  # sqrt has C code: the generic upcast
 
   def test_integer_division_is_scalar(self):
     # a padded lane's divisor is 0: as a vector every lane divided and the kernel died of SIGFPE (upstream's test_div_padded_arange)
@@ -263,16 +276,51 @@ class TestCPUColdBranch(unittest.TestCase):
   def ifs(self, t:Tensor, opts=None) -> int: return [u.op for u in self.compile(t, opts=opts)[0].uops].count(Ops.IF)
 
   def test_bit_identical_to_the_select(self):
-    # the branch only skips work: every value, on both sides of the switch-over and the special cases, is the select's
+    # the branch only skips work: every value, on both sides of the switch-over and the special cases, is the select's, per lane
+    # (211 values: no upcast) and for vectors whose lanes mix both sides (216: one branch per vector, taken on any lane's condition)
     for dt, npdt, huge in ((dtypes.float32, np.float32, 1e30), (dtypes.float64, np.float64, 1e200), (dtypes.float16, np.float16, 6e4)):
       rng = np.random.default_rng(3)
       with np.errstate(over="ignore"): x = np.concatenate([rng.standard_normal(40) * s for s in (1, 10, 40, 1e3, 1e6)] +
                                           [[29.999, 30, 30.001, -30, 0, -0.0, math.inf, -math.inf, math.nan, huge, -huge]]).astype(npdt)
-      for name, fn in (("sin", lambda t: t.sin()), ("cos", lambda t: t.cos()), ("tan", lambda t: t.tan()),
-                       ("sin+cos", lambda t: t.sin()*2 + t.cos()), ("sin(x)*cos(3x)", lambda t: t.sin() * (t*3).cos())):
+      for xs in (x, np.concatenate([x, rng.standard_normal(5).astype(npdt)])[rng.permutation(216)]):
+        for name, fn in (("sin", lambda t: t.sin()), ("cos", lambda t: t.cos()), ("tan", lambda t: t.tan()),
+                         ("sin+cos", lambda t: t.sin()*2 + t.cos()), ("sin(x)*cos(3x)", lambda t: t.sin() * (t*3).cos())):
+          with self.subTest(dtype=dt, fn=name, n=len(xs)):
+            xt = Tensor(xs, dtype=dt).realize()
+            np.testing.assert_array_equal(self.run_kernel(fn(xt), cold=True), self.run_kernel(fn(xt), cold=False))
+
+  def test_quick_build_leaves_out_the_vector_upcast(self):
+    # the upcast triples codegen and clang time: a first (quick) build goes without it, the full build (the kernel's second run) has it
+    x = np.random.default_rng(12).uniform(-40, 40, 8 * 37).astype(np.float32)
+    si = [si for si in (Tensor(x).realize().sin() * 3).schedule() if si.ast.op is Ops.SINK][-1]
+    for b in si.bufs: b.ensure_allocated()
+    r = get_runner("CPU", si.ast)
+    if not quick_tier(Device["CPU"].compiler): self.skipTest("no quick tier (TIERED=0 or BEAM)")
+    for full in (False, True):
+      if full: finish_full_builds([r])
+      self.assertEqual((OptOps.UPCAST, 8) in tile(r.p), full)
+      r(si.bufs, {}, wait=True)
+      np.testing.assert_allclose(np.frombuffer(si.bufs[0].as_buffer(), np.float32), np.sin(x.astype(np.float64)) * 3, atol=1e-5)
+
+  def test_vectors_bit_identical_to_lanes(self):
+    # a transcendental decomposed as a vector computes each lane as the scalar decomposition does, special values and large arguments too
+    rng = np.random.default_rng(11)
+    for dt, npdt in ((dtypes.float32, np.float32), (dtypes.float64, np.float64)):
+      with np.errstate(over="ignore"):
+        x = np.concatenate([rng.standard_normal(64) * s for s in (1, 30, 1e4)] + [rng.uniform(-200, 200, 58),
+                            [0, -0.0, math.inf, -math.inf, math.nan, 1e-40, -1e-40, 88.8, -104, 1e30, -1e30, 3e38, -3e38, 1e-7]]).astype(npdt)
+      x = x[rng.permutation(len(x))]
+      for name, fn in (("sin", Tensor.sin), ("cos", Tensor.cos), ("tan", Tensor.tan), ("exp", Tensor.exp), ("exp2", Tensor.exp2),
+                       ("log", lambda t: t.abs().log()), ("log2", Tensor.log2), ("sigmoid", Tensor.sigmoid)):
         with self.subTest(dtype=dt, fn=name):
-          xt = Tensor(x, dtype=dt).realize()
-          np.testing.assert_array_equal(self.run_kernel(fn(xt), cold=True), self.run_kernel(fn(xt), cold=False))
+          p, bufs = self.compile(fn(Tensor(x, dtype=dt).realize()), opts=[Opt(OptOps.UPCAST, 0, 8)])
+          lanes, _ = self.compile(fn(Tensor(x, dtype=dt).realize()), opts=[])
+          outs = []
+          for prg in (p, lanes):
+            for b in bufs: b.ensure_allocated()
+            CompiledRunner(prg)(bufs, {}, wait=True)
+            outs.append(np.frombuffer(bufs[0].as_buffer(), dtype=bufs[0].dtype.fmt).copy())
+          np.testing.assert_array_equal(*outs)
 
   def test_against_numpy(self):
     # float32: upstream's float64 Payne-Hanek keeps about float32's precision (bench/analysis.md), with or without the branch
@@ -286,7 +334,7 @@ class TestCPUColdBranch(unittest.TestCase):
     self.assertEqual(self.ifs(x.sin() + x.cos(), opts=[]), 1)  # cos(x) takes sin(x)'s condition and reduction
     self.assertEqual(self.ifs(x.tan(), opts=[]), 1)
     self.assertEqual(self.ifs(x.sin() + (x*2).cos(), opts=[]), 2)
-    self.assertEqual(self.ifs(x.sin() + x.cos(), opts=[Opt(OptOps.UPCAST, 0, 4)]), 4)  # one per upcast lane
+    self.assertEqual(self.ifs(x.sin() + x.cos(), opts=[Opt(OptOps.UPCAST, 0, 4)]), 1)  # one for the lanes of a vector, on any lane's
 
   def test_no_branch_where_an_arm_is_a_constant(self):
     x = Tensor.empty(64)

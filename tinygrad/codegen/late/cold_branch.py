@@ -2,13 +2,14 @@
 # A WHERE computes both arms. When one arm needs many ops nothing else needs (Payne-Hanek's reduction under sin/cos for |x| >= 30, which
 # almost no input takes), the branch-free select pays for that arm on every element. Here the WHEREs that share a condition and such an
 # arm become a register written with the other arm and, inside IF, overwritten with the expensive one: a predictable branch instead.
+# A vector transcendental is decomposed as one and its WHEREs are split per lane: the lanes' WHEREs branch together, on any lane's condition.
 import heapq
 from collections import defaultdict
 from tinygrad.uop.ops import UOp, Ops, GroupOp
 from tinygrad.dtype import dtypes, AddrSpace
 
 COLD_ARM_MIN_OPS = 48  # below this a mispredicted branch costs more than computing the arm
-MOVABLE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
+MOVABLE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.GEP, Ops.VECTORIZE}
 
 def _exclusive_arm(order:dict[UOp, int], consumers:dict[UOp, list[UOp]], group:list[UOp], side:int) -> list[UOp]:
   """the ops (in list order) that only the arms `side` of the WHEREs in group consume, directly or through each other"""
@@ -43,12 +44,16 @@ def _branch_group(lst:list[UOp], order:dict[UOp, int], group:list[UOp], side:int
   if any(s in gset for u in arm+group for s in u.src): return None  # a WHERE feeding another: left alone
   # the block: registers written with the cheap arm, then under IF (the expensive arm's condition) with the expensive one
   first_reg = 1 + max([u.arg for u in lst if u.op is Ops.DEFINE_REG], default=-1)
-  zero, cond = UOp.const(dtypes.int, 0), group[0].src[0]
+  zero, conds = UOp.const(dtypes.int, 0), list(dict.fromkeys(w.src[0] for w in group))
   idxs = [UOp(Ops.DEFINE_REG, w.dtype.ptr(size=1, addrspace=AddrSpace.REG), arg=first_reg+i).index(zero, ptr=True) for i,w in enumerate(group)]
-  gate = cond if side == 1 else cond.ne(UOp.const(dtypes.bool, True))
   block = [zero, *[i.src[0] for i in idxs], *idxs, *[UOp.store(i, w.src[3-side]) for i,w in zip(idxs, group)]]
-  if side == 2: block.append(gate.src[1])
-  block += [gate, mif:=UOp(Ops.IF, src=(gate, idxs[0])), *arm, *[UOp.store(i, w.src[side]) for i,w in zip(idxs, group)], UOp(Ops.ENDIF, src=(mif,))]
+  if side == 2: block.append(true:=UOp.const(dtypes.bool, True))
+  block += (gates:=[c if side == 1 else c.ne(true) for c in conds])
+  any_lane = gates[0]
+  for g in gates[1:]: block.append(any_lane:=any_lane | g)
+  # one condition: the IF is the arm's condition; lanes: any lane's, and each WHERE selects its own lane's arm inside it
+  block += [mif:=UOp(Ops.IF, src=(any_lane, idxs[0])), *arm, *([] if len(conds) == 1 else group),
+            *[UOp.store(i, w.src[side] if len(conds) == 1 else w) for i,w in zip(idxs, group)], UOp(Ops.ENDIF, src=(mif,))]
   replaced: dict[UOp, UOp] = {w:i.load() for i,w in zip(idxs, group)}
   block = [u for u in block+list(replaced.values()) if u in moved or u not in order]  # a constant the list has stays where it is
   # re-linearize with the block as one node, as close to the old order as the new dependencies allow
@@ -83,8 +88,16 @@ def cold_branches(lst:list[UOp]) -> list[UOp]:
     groups: dict[UOp, list[UOp]] = {}
     for u in lst:
       if u.op is Ops.WHERE and u.dtype.count == 1 and u.src[0] not in done: groups.setdefault(u.src[0], []).append(u)
+    # the lanes of one vector: WHEREs whose arms are GEPs of one vector join one group
+    root: dict[UOp, UOp] = {c:c for c in groups}
+    def find(c:UOp) -> UOp: return c if root[c] is c else find(root[c])
+    first_lane: dict[tuple[int, UOp], UOp] = {}
     for cond, group in groups.items():
-      done.add(cond)
+      for k in [(side, w.src[side].src[0]) for w in group for side in (1, 2) if w.src[side].op is Ops.GEP]:
+        if (other:=first_lane.setdefault(k, cond)) is not cond: root[find(cond)] = find(other)
+    for cond in [c for c in groups if find(c) is not c]: groups[find(cond)] += groups.pop(cond)
+    for group in [sorted(g, key=order.__getitem__) for g in groups.values()]:
+      done.update(w.src[0] for w in group)
       # an arm that is a constant (or a load) in every WHERE has no ops of its own: most groups (sin's inf/nan masks) end here, cheaply
       if any(all(w.src[side].op not in MOVABLE for w in group) for side in (1, 2)): continue
       arms = [(_exclusive_arm(order, consumers, group, side), side) for side in (1, 2)]
