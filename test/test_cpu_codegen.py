@@ -9,7 +9,8 @@ from tinygrad import Tensor, Device, TinyJit, dtypes, vmap
 from tinygrad.codegen import get_program
 from tinygrad.codegen.opt import OptOps, Opt
 from tinygrad.helpers import Context, getenv, diskcache_get, diskcache_put
-from tinygrad.uop.ops import Ops, GroupOp
+from tinygrad.uop.ops import Ops, GroupOp, KernelInfo
+from tinygrad.codegen.opt.heuristic import quick_opts_differ
 from tinygrad.engine.realize import CompiledRunner, get_runner, method_cache, quick_tier, finish_full_builds
 from tinygrad.runtime.support.compiler_cpu import ClangJITCompiler
 
@@ -313,6 +314,12 @@ class TestCPUColdBranch(unittest.TestCase):
     x = np.random.default_rng(12).uniform(-40, 40, 8 * 37).astype(np.float32)
     si = [si for si in (Tensor(x).realize().sin() * 3).schedule() if si.ast.op is Ops.SINK][-1]
     for b in si.bufs: b.ensure_allocated()
+    ren = Device["CPU"].renderer
+    self.assertTrue(quick_opts_differ(si.ast, ren))
+    # a reduce, opts given and NOOPT: the full build's heuristics would upcast nothing more, so the quick build is the same program
+    self.assertFalse(quick_opts_differ([s for s in Tensor.empty(64).sin().sum().schedule() if s.ast.op is Ops.SINK][-1].ast, ren))
+    self.assertFalse(quick_opts_differ(si.ast.replace(arg=KernelInfo(opts_to_apply=())), ren))
+    with Context(NOOPT=1): self.assertFalse(quick_opts_differ(si.ast, ren))
     r = get_runner("CPU", si.ast)
     if not quick_tier(Device["CPU"].compiler): self.skipTest("no quick tier (TIERED=0 or BEAM)")
     for full in (False, True):
