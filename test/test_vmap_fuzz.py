@@ -581,6 +581,16 @@ class TestFuzzRegressions(unittest.TestCase):
   def test_tensor_index_of_eye(self):
     np.testing.assert_equal(Tensor.eye(4).reshape(4, 2, 2)[:, Tensor([0, 1])].numpy(), np.eye(4, dtype=np.float32).reshape(4, 2, 2)[:, [0, 1]])
 
+  # a sum over a stack along an inner axis counted every element twice, a silent wrong answer in vanilla too (no vmap): codegen's range
+  # merging merged the stacked axis with a range an earlier merge had replaced, which gave it both ranges' sizes
+  def test_sum_of_inner_stack(self):
+    y = np.random.default_rng(0).standard_normal((2, 3))
+    for dim in (0, 1, 2):
+      with self.subTest(dim=dim):
+        np.testing.assert_allclose(Tensor(y).stack(Tensor(y) * 2, dim=dim).sum().item(), 3 * y.sum())
+        np.testing.assert_allclose(vmap(lambda r: r.stack(r, dim=dim).sum())(Tensor(y[None].repeat(3, 0))).numpy(), np.full(3, 2 * y.sum()))
+    np.testing.assert_allclose(jacfwd(lambda x: x.stack(x, dim=-2).sum())(Tensor(y)).numpy(), np.full((2, 3), 2.0))
+
   # the tangent of a max (split between ties) over a padded axis: a kernel with two sibling REDUCEs whose store codegen cut in two, each
   # piece with the same REDUCE RANGEs; the linearizer asserted, in vanilla too
   def test_vmap_jacfwd_log_softmax_of_pad(self):
