@@ -581,6 +581,20 @@ class TestFuzzRegressions(unittest.TestCase):
   def test_tensor_index_of_eye(self):
     np.testing.assert_equal(Tensor.eye(4).reshape(4, 2, 2)[:, Tensor([0, 1])].numpy(), np.eye(4, dtype=np.float32).reshape(4, 2, 2)[:, [0, 1]])
 
+  # chunked vmaps nested, the inner function computing (two reduces) from an input the outer vmap doesn't map: the inner chunk loop had
+  # more kernels and was put outside the outer one, whose zero-init then ran per inner chunk and kept only the last one (zeros elsewhere)
+  def test_nested_chunked_inner_value_not_of_outer_batch(self):
+    two = lambda a: a - (a - a.sum(-1, keepdim=True)).sum(-1, keepdim=True)
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((2, 2)), rng.standard_normal((3, 2, 2))
+    want = np.stack([np.stack([np.stack([a - (a - a.sum()).sum(), B[i, j]], -1) for j, a in enumerate(A)]) for i in range(3)])
+    for c_out, c_in in ((1, 1), (2, 1), (1, 2), (None, 1)):
+      with self.subTest(chunks=(c_out, c_in)):
+        got = vmap(vmap(lambda a, b: two(a).stack(b, dim=-1), chunk_size=c_in), in_axes=(None, 0), chunk_size=c_out)(Tensor(A), Tensor(B))
+        np.testing.assert_allclose(got.numpy(), want, atol=1e-12)
+    got = vmap(vmap(lambda a, b: a.log_softmax(0) + b, chunk_size=1), in_axes=(None, 0), chunk_size=1)(Tensor(A), Tensor(B))
+    np.testing.assert_allclose(got.numpy(), np.stack([np_log_softmax(A, 1) + B[i] for i in range(3)]), atol=1e-12)
+
   # a sum over a stack along an inner axis counted every element twice, a silent wrong answer in vanilla too (no vmap): codegen's range
   # merging merged the stacked axis with a range an earlier merge had replaced, which gave it both ranges' sizes
   def test_sum_of_inner_stack(self):
