@@ -188,7 +188,11 @@ def _fround(x, dt):
   x = np.asarray(x, dtype=np.float64)
   Trace.fragile |= bool(np.any((x.astype(dt) != x) & ((x*(1+Trace.eps)).astype(dt) != (x*(1-Trace.eps)).astype(dt))))
   return x
-def _fh(x): return _fround(np.clip(x, -1e4, 1e4), np.float16)
+def _fh(x):
+  x = np.clip(np.asarray(x, dtype=np.float64), -1e4, 1e4)
+  # the C renderer casts float64 to half through float (vanilla too): where float rounds x onto a tie of half, half rounds it the other way
+  Trace.fragile |= bool(np.any(x.astype(np.float32).astype(np.float16) != x.astype(np.float16)))
+  return _fround(x, np.float16)
 def _ff(x): return _fround(x, np.float32)
 def _ft(x, axis):
   """near ties of a max/min reduction: only their derivative is ambiguous, the value is not, so this only matters for jacfwd"""
