@@ -4,11 +4,13 @@ A program is a small IR: a few per-example inputs and a list of ops, each readin
 tinygrad code (run on one example's Tensors inside 1 to 3 nested `vmap`s with random in_axes/out_axes/chunk_size) and as numpy code (run
 example by example in nested Python loops, `np_batch`), and the two results are compared in float64 (and float32, with tolerances). The
 jacfwd part runs the same kind of program, restricted to differentiable ops, through `jacfwd` (inside or outside the vmaps) against float64
-central differences of the numpy code. Every failure prints a standalone reproduction (`Prog.source()`).
+central differences of the numpy code. The sharded part runs the vmap programs with the outermost batch sharded on two CPU devices
+(`Prog.devices`). Every failure prints a standalone reproduction (`Prog.source()`).
 
   python -m pytest test/test_vmap_fuzz.py                         # CI: a deterministic handful of examples (derandomized hypothesis)
   FUZZ_EXAMPLES=500 python -m pytest test/test_vmap_fuzz.py       # more examples per test
   FUZZ_CAMPAIGN=5000 FUZZ_SEED=1 python test/test_vmap_fuzz.py    # a campaign: N programs from a seed, every failure kept and shrunk
+  FUZZ_SHARDED=1 FUZZ_CAMPAIGN=1000 python test/test_vmap_fuzz.py # ... with the outermost batch sharded on CPU:0 and CPU:1
 """
 import os, sys, math, random, time, json, signal, unittest
 from dataclasses import dataclass, replace
@@ -26,7 +28,8 @@ MAX_NUMEL = 48   # of a per-example value
 class Prog:
   """inputs x0..x{n-1} of per-example `shapes`, then ops[j] = (name, args, params) defining value n+j; `outs` are returned. `levels` are
   the vmaps, outermost first: (batch size, in_axes, out_axes, chunk_size). `jac`: None (vmap only), "inside" (the vmaps around
-  jacfwd(f)) or "outside" (jacfwd of the vmapped f), both in argument 0."""
+  jacfwd(f)) or "outside" (jacfwd of the vmapped f), both in argument 0. `devices`: None (one device), or the devices the batch of the
+  outermost vmap is sharded on (each input it maps is sharded on that axis, the rest replicated)."""
   shapes: tuple
   ops: tuple
   outs: tuple
@@ -34,6 +37,7 @@ class Prog:
   dtype: str = "float64"
   seed: int = 0
   jac: str|None = None
+  devices: tuple|None = None
 
   @property
   def n_in(self) -> int: return len(self.shapes)
@@ -69,8 +73,18 @@ class Prog:
     for j, (name, _, params) in enumerate(self.ops):
       if name == "matmul":
         lines.append(f"w{self.n_in+j} = np.random.default_rng({1000*self.seed+self.n_in+j}).standard_normal({params[2]!r})")
-        lines.append(f"tw{self.n_in+j} = Tensor(w{self.n_in+j}, dtype=dtypes.{self.dtype})")
+        lines.append(f"tw{self.n_in+j} = {self.tensor_source(f'w{self.n_in+j}')}")
     return "\n".join(lines)
+
+  def tensor_source(self, x:str, shard_axis:int|None=None) -> str:
+    """the tinygrad Tensor of numpy array `x`: on `devices`, sharded on shard_axis or replicated"""
+    t = f"Tensor({x}, dtype=dtypes.{self.dtype})"
+    return t if self.devices is None else t + (f".to({self.devices!r})" if shard_axis is None else f".shard({self.devices!r}, axis={shard_axis})")
+
+  def input_sources(self) -> list[str]:
+    ia = self.levels[0][1] if self.devices is not None else None
+    axes = ia if isinstance(ia, (tuple, list)) else (ia,)*self.n_in
+    return [self.tensor_source(f"x{i}", None if a is None else a % len(s)) for i, (a, s) in enumerate(zip(axes, self.input_shapes()))]
 
   def call_source(self) -> tuple[str, str]:
     """the tinygrad and the numpy expression of the whole transform"""
@@ -92,7 +106,7 @@ class Prog:
       f"{args}, = [np.random.default_rng({self.seed}).standard_normal(s) for s in {self.input_shapes()!r}]"
       if self.dtype == "float64" else f"{args}, = [np.random.default_rng({self.seed}).standard_normal(s).astype(np.float32) for s in "
       f"{self.input_shapes()!r}]", self.weights_source(), self.fn_source("tg"), self.fn_source("np"),
-      f"got = {g}({', '.join(f'Tensor(x{i}, dtype=dtypes.{self.dtype})' for i in range(self.n_in))})",
+      f"got = {g}({', '.join(self.input_sources())})",
       f"want = {ng}({args})",
       "for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):",
       f"  np.testing.assert_allclose(a.numpy(), b, {tol})"]).replace("\n\n", "\n")
@@ -148,7 +162,7 @@ def op_expr(op:tuple, a:list[str], lib:str, vid:int, dtype:str, traced:bool) -> 
   if name == "index_int": return f"{a[0]}[{idx_src(p[0], str(p[1]))}]"
   if name == "index_slice": return f"{a[0]}[{idx_src(p[0], ':'.join('' if v is None else str(v) for v in p[1:]))}]"
   if name == "index_tensor":
-    return f"{a[0]}[{idx_src(p[0], f'Tensor({list(p[1])}, dtype=dtypes.int32)' if tg else f'np.array({list(p[1])})')}]"
+    return f"{a[0]}[{idx_src(p[0], f'Tensor({list(p[1])}, dtype=dtypes.int32, device={a[0]}.device)' if tg else f'np.array({list(p[1])})')}]"
   if name == "gather":   # indices computed from the data of another value, per example
     axis, n = p
     if tg: return f"{a[0]}[{idx_src(axis, f'({a[1]}.abs()*2).clip(0, {n-1}).cast(dtypes.int32).reshape(-1)')}]"
@@ -411,11 +425,11 @@ def run_numpy(prog:Prog) -> tuple:
   return (want if isinstance(want, tuple) else (want,)), Trace.scale
 
 def run_tinygrad(prog:Prog) -> tuple:
-  ns = {"Tensor": Tensor, "dtypes": dtypes, "vmap": vmap, "jacfwd": jacfwd, "np": np}
+  ns = {"Tensor": Tensor, "dtypes": dtypes, "vmap": vmap, "jacfwd": jacfwd, "np": np, **{f"x{i}": x for i, x in enumerate(prog.inputs())}}
   for j, (name, _, params) in enumerate(prog.ops):
-    if name == "matmul": ns[f"tw{prog.n_in+j}"] = Tensor(prog.weight(prog.n_in+j, params[2]), dtype=getattr(dtypes, prog.dtype))
+    if name == "matmul": ns[f"tw{prog.n_in+j}"] = eval(prog.tensor_source("w"), ns | {"w": prog.weight(prog.n_in+j, params[2])})
   exec(prog.fn_source("tg"), ns)
-  got = eval(prog.call_source()[0], ns)(*[Tensor(x, dtype=getattr(dtypes, prog.dtype)) for x in prog.inputs()])
+  got = eval(prog.call_source()[0], ns)(*[eval(src, ns) for src in prog.input_sources()])
   got = got if isinstance(got, tuple) else (got,)
   Tensor.realize(*got)
   return tuple(g.numpy() for g in got)
@@ -458,6 +472,28 @@ def fuzz_settings(n:int): return settings(max_examples=EXAMPLES or n, deadline=N
 @st.composite
 def progs(draw, mode): return draw_prog(HypDraw(draw), mode)
 
+# *** vmap over a batch sharded on several devices ***
+
+DEVICES = ("CPU:0", "CPU:1")
+# the clear errors docs/vmap.md lists for a sharded batch (a computation that would move examples between devices): not failures
+SHARDED_LIMITS = ("a reduce over a sharded axis inside a vmap scope", "sharded on another axis too", "a sum over a batch sharded on several devices")
+
+def shard_variant(prog:Prog, devices:tuple=DEVICES) -> Prog|None:
+  """prog with its outermost batch sharded on devices: that batch a multiple of their number, no chunk_size (a sharded batch runs as one
+  loop per device, vmap refuses it); None for jacfwd programs and ones whose outermost vmap maps no input"""
+  if prog.jac is not None or not prog.levels: return None
+  ia = prog.levels[0][1]
+  if all(a is None for a in (ia if isinstance(ia, (tuple, list)) else (ia,))): return None
+  size = -(-prog.levels[0][0] // len(devices)) * len(devices)
+  return replace(prog, levels=((size,) + prog.levels[0][1:3] + (None,),) + tuple(l[:3] + (None,) for l in prog.levels[1:]), devices=devices)
+
+@st.composite
+def sharded_progs(draw, mode):
+  assume((prog:=shard_variant(draw_prog(HypDraw(draw), mode))) is not None)
+  return prog
+
+def sharded_limit(e:Exception) -> bool: return isinstance(e, NotImplementedError) and any(m in str(e) for m in SHARDED_LIMITS)
+
 def upstream_fails(prog:Prog) -> bool:
   """does the program fail without vmap too (plain tinygrad on one example, jacfwd kept)? Then it's upstream's bug, not vmap's"""
   plain = replace(prog, levels=(), jac="inside" if prog.jac else None, seed=prog.seed)
@@ -485,6 +521,22 @@ class TestVmapFuzz(unittest.TestCase):
   @fuzz_settings(15)
   @given(progs("jac"))
   def test_jacfwd(self, prog): hyp_check(prog)
+
+class TestVmapFuzzSharded(unittest.TestCase):
+  """the same programs with the outermost batch sharded on two CPU devices, against the same numpy oracle"""
+  def check(self, prog):
+    try: hyp_check(prog)
+    except NotImplementedError as e:
+      assume(not sharded_limit(e))
+      raise
+
+  @fuzz_settings(25)
+  @given(sharded_progs("f64"))
+  def test_float64(self, prog): self.check(prog)
+
+  @fuzz_settings(8)
+  @given(sharded_progs("f32"))
+  def test_float32(self, prog): self.check(prog)
 
 class within:
   """fail with TimeoutError after `seconds` instead of hanging (the scheduler hangs on some of the cases below)"""
@@ -706,18 +758,23 @@ def shrink(prog:Prog, kind:str, budget:float=120.0) -> Prog:
         break
   return prog
 
-def campaign(n:int, seed:int, out:str):
-  modes = ["f64", "f64", "f64", "f32", "jac"]
+def campaign(n:int, seed:int, out:str, sharded:bool=False):
+  modes = ["f64", "f64", "f64", "f32"] + ([] if sharded else ["jac"])
   counts, kinds, t0 = {"run": 0, "skipped": 0, "failed": 0}, {}, time.perf_counter()
   with open(out, "a") as f:
     for i in range(n):
       mode = modes[i % len(modes)]
       prog = draw_prog(RandDraw(seed*10**7 + i), mode)
-      try: check_prog(prog)
+      try:
+        if sharded and (prog:=shard_variant(prog)) is None: raise Skip("the outermost vmap maps no input")
+        check_prog(prog)
       except Skip:
         counts["skipped"] += 1
         continue
-      except Exception:
+      except Exception as e:
+        if sharded_limit(e):
+          counts["skipped"] += 1
+          continue
         kind = failure_kind(prog)
         if kind is not None:
           counts["failed"] += 1
@@ -731,5 +788,6 @@ def campaign(n:int, seed:int, out:str):
   print(f"done: {counts} in {time.perf_counter()-t0:.0f}s; failures by kind: {kinds}")
 
 if __name__ == "__main__":
-  if (n:=int(os.getenv("FUZZ_CAMPAIGN", "0"))): campaign(n, int(os.getenv("FUZZ_SEED", "0")), os.getenv("FUZZ_OUT", "/tmp/vmap_fuzz.jsonl"))
+  if (n:=int(os.getenv("FUZZ_CAMPAIGN", "0"))):
+    campaign(n, int(os.getenv("FUZZ_SEED", "0")), os.getenv("FUZZ_OUT", "/tmp/vmap_fuzz.jsonl"), sharded=bool(int(os.getenv("FUZZ_SHARDED", "0"))))
   else: unittest.main()
