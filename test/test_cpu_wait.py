@@ -1,7 +1,7 @@
 """The CPU device's wait (runtime/ops_cpu.py patch): a thread that synchronizes runs the work still queued for the device's worker thread
-itself, instead of sleeping until the worker has run it; tasks still run one at a time and in submission order. With one core to run
-on, a queue whose waits are met runs when it is submitted, if the worker is idle. Results are checked against numpy."""
-import unittest, unittest.mock, threading, time, sys, os, contextlib
+itself, instead of sleeping until the worker has run it; tasks still run one at a time and in submission order. Results are checked
+against numpy."""
+import unittest, unittest.mock, threading, time, sys, contextlib
 import numpy as np
 from tinygrad import Tensor, Device, TinyJit, vmap
 import tinygrad.runtime.ops_cpu as ops_cpu
@@ -14,7 +14,8 @@ def no_forced_gil_switch():
   try: yield
   finally: sys.setswitchinterval(old)
 
-class CPUDeviceTest(unittest.TestCase):
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU device's worker thread")
+class TestCPUWaitRunsQueuedWork(unittest.TestCase):
   def setUp(self):
     self.dev = Device["CPU"]
     self.dev.synchronize()
@@ -27,8 +28,6 @@ class CPUDeviceTest(unittest.TestCase):
       return run_task(worker, task, **kwargs)
     with unittest.mock.patch.object(ops_cpu.CPUWorker, "run_task", recording): return fn(), threads
 
-@unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU device's worker thread")
-class TestCPUWaitRunsQueuedWork(CPUDeviceTest):
   def test_jitted_vmap_kernel_runs_on_the_waiting_thread(self):
     rng = np.random.default_rng(0)
     x, c = rng.standard_normal((1000, 4)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
@@ -42,12 +41,7 @@ class TestCPUWaitRunsQueuedWork(CPUDeviceTest):
     np.testing.assert_allclose(out, np.stack([x64 * c64[0], x64 * c64[1] + c64[2]], axis=1), rtol=1e-6, atol=1e-6)
     self.assertEqual(threads, [threading.main_thread()])
 
-  def test_queued_tasks_run_in_order_one_at_a_time(self): self.check_order()
-  @unittest.skipUnless(hasattr(os, "sched_setaffinity"), "CPU affinity")
-  def test_queued_tasks_run_in_order_on_one_core(self):
-    with one_core(): self.check_order()   # the kernel is submitted while the worker has tasks: it is queued behind them, not run at once
-
-  def check_order(self):
+  def test_queued_tasks_run_in_order_one_at_a_time(self):
     log, lock = [], threading.Lock()
     def cmd(tid, i):
       with lock: log.append(("start", i))
@@ -89,40 +83,6 @@ class TestCPUWaitRunsQueuedWork(CPUDeviceTest):
     self.dev.tasks.join()   # would hang if the task were still unfinished
     a = np.random.default_rng(2).standard_normal(64).astype(np.float32)
     np.testing.assert_allclose((Tensor(a) - 2).numpy(), a - 2, rtol=1e-6)
-
-@contextlib.contextmanager
-def one_core():
-  old = os.sched_getaffinity(0)
-  os.sched_setaffinity(0, {min(old)})
-  try: yield
-  finally: os.sched_setaffinity(0, old)
-
-@unittest.skipUnless(Device.DEFAULT == "CPU" and hasattr(os, "sched_setaffinity"), "the CPU device's worker thread, CPU affinity")
-class TestCPUOneCoreRunsAtSubmit(CPUDeviceTest):
-  def test_eager_vmap_kernels_run_at_submit(self):
-    rng = np.random.default_rng(3)
-    x, w = rng.standard_normal((500, 8)).astype(np.float32), rng.standard_normal((8, 3)).astype(np.float32)
-    xt, wt = Tensor(x).realize(), Tensor(w).realize()
-    with one_core():
-      def call():
-        out = vmap(lambda r, w: (r @ w).softmax(), in_axes=(0, None))(xt, wt).realize()
-        self.assertEqual(self.dev.tasks.unfinished_tasks, 0)   # ran already, before any wait
-        return out.numpy()
-      out, threads = self.run_threads(call)
-    e = np.exp((z:=x.astype(np.float64) @ w) - z.max(1, keepdims=True))
-    np.testing.assert_allclose(out, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
-    self.assertGreaterEqual(len(threads), 2)   # the softmax's kernels
-    self.assertEqual(set(threads), {threading.main_thread()})
-
-  def test_queue_waiting_on_an_unset_signal_goes_to_the_worker(self):
-    log, sig = [], self.dev.new_signal(value=0)
-    with one_core():
-      q = ops_cpu.CPUComputeQueue().wait(sig, 1).cmd(lambda tid: log.append("ran")).signal(self.dev.timeline_signal, self.dev.next_timeline())
-      q.submit(self.dev)   # running it here would wait forever on sig
-      self.assertEqual(log, [])
-      sig.value = 1
-      self.dev.synchronize()
-    self.assertEqual(log, ["ran"])
 
 if __name__ == "__main__":
   unittest.main()
