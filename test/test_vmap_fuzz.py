@@ -1,11 +1,13 @@
-"""A differential fuzzer for vmap (issue 10): random programs through `vmap` (and `jacfwd`) against a numpy loop over examples.
+"""A differential fuzzer for vmap (issue 10): random programs through `vmap` (and `jacfwd`, `jacrev`) against a numpy loop over
+examples.
 
 A program is a small IR: a few per-example inputs and a list of ops, each reading earlier values by index. It is written out twice, as
 tinygrad code (run on one example's Tensors inside 1 to 3 nested `vmap`s with random in_axes/out_axes/chunk_size) and as numpy code (run
 example by example in nested Python loops, `np_batch`), and the two results are compared in float64 (and float32, with tolerances). The
 jacfwd part runs the same kind of program, restricted to differentiable ops, through `jacfwd` (inside or outside the vmaps) against float64
-central differences of the numpy code. The sharded part runs the vmap programs with the outermost batch sharded on two CPU devices
-(`Prog.devices`). Every failure prints a standalone reproduction (`Prog.source()`).
+central differences of the numpy code; the jacrev part runs them through `jacrev` (reverse mode: gradients through the vmap scopes). The
+sharded part runs the vmap programs with the outermost batch sharded on two CPU devices (`Prog.devices`). Every failure prints a
+standalone reproduction (`Prog.source()`).
 
   python -m pytest test/test_vmap_fuzz.py                         # CI: a deterministic handful of examples (derandomized hypothesis)
   FUZZ_EXAMPLES=500 python -m pytest test/test_vmap_fuzz.py       # more examples per test
@@ -16,7 +18,7 @@ import os, sys, math, random, time, json, signal, unittest
 from dataclasses import dataclass, replace
 import numpy as np
 from hypothesis import given, settings, strategies as st, HealthCheck, assume
-from tinygrad import Tensor, dtypes, vmap, jacfwd
+from tinygrad import Tensor, dtypes, vmap, jacfwd, jacrev
 sys.path.insert(0, os.path.dirname(__file__))
 from vmap_oracle import np_batch, np_softmax_axis, np_log_softmax, num_jac
 
@@ -28,8 +30,8 @@ MAX_NUMEL = 48   # of a per-example value
 class Prog:
   """inputs x0..x{n-1} of per-example `shapes`, then ops[j] = (name, args, params) defining value n+j; `outs` are returned. `levels` are
   the vmaps, outermost first: (batch size, in_axes, out_axes, chunk_size). `jac`: None (vmap only), "inside" (the vmaps around
-  jacfwd(f)) or "outside" (jacfwd of the vmapped f), both in argument 0. `devices`: None (one device), or the devices the batch of the
-  outermost vmap is sharded on (each input it maps is sharded on that axis, the rest replicated)."""
+  jacfwd(f)) or "outside" (jacfwd of the vmapped f), both in argument 0; `jac_fn` is jacfwd or jacrev. `devices`: None (one device), or
+  the devices the batch of the outermost vmap is sharded on (each input it maps is sharded on that axis, the rest replicated)."""
   shapes: tuple
   ops: tuple
   outs: tuple
@@ -38,6 +40,7 @@ class Prog:
   seed: int = 0
   jac: str|None = None
   devices: tuple|None = None
+  jac_fn: str = "jacfwd"
 
   @property
   def n_in(self) -> int: return len(self.shapes)
@@ -88,20 +91,20 @@ class Prog:
 
   def call_source(self) -> tuple[str, str]:
     """the tinygrad and the numpy expression of the whole transform"""
-    g, ng = ("jacfwd(f)", "num_jac(nf)") if self.jac == "inside" else ("f", "nf")
+    g, ng = (f"{self.jac_fn}(f)", "num_jac(nf)") if self.jac == "inside" else ("f", "nf")
     for size, ia, oa, cs in reversed(self.levels):
       axis_size = all(a is None for a in (ia if isinstance(ia, (tuple, list)) else (ia,)))
       g = f"vmap({g}, in_axes={ia!r}, out_axes={oa!r}" + (f", chunk_size={cs}" if cs is not None else "") + \
           (f", axis_size={size}" if axis_size else "") + ")"
       ng = f"np_batch({ng}, {size}, {ia!r}, {oa!r})"
-    return (f"jacfwd({g})", f"num_jac({ng})") if self.jac == "outside" else (g, ng)
+    return (f"{self.jac_fn}({g})", f"num_jac({ng})") if self.jac == "outside" else (g, ng)
 
   def source(self) -> str:
     """a standalone reproduction: run it from test/ (it imports the oracle helpers from vmap_oracle)"""
     g, ng = self.call_source()
     args = ", ".join(f"x{i}" for i in range(self.n_in))
     tol = "atol=1e-6, rtol=1e-6" if self.dtype == "float64" else "atol=1e-3, rtol=1e-3"
-    return "\n".join(["import numpy as np", "from tinygrad import Tensor, dtypes, vmap, jacfwd",
+    return "\n".join(["import numpy as np", "from tinygrad import Tensor, dtypes, vmap, jacfwd, jacrev",
       "from vmap_oracle import np_batch, np_softmax_axis, np_log_softmax, num_jac",
       f"{args}, = [np.random.default_rng({self.seed}).standard_normal(s) for s in {self.input_shapes()!r}]"
       if self.dtype == "float64" else f"{args}, = [np.random.default_rng({self.seed}).standard_normal(s).astype(np.float32) for s in "
@@ -348,7 +351,9 @@ def prime_factors(n:int) -> list[int]:
   return ret
 
 def draw_prog(d, mode:str="f64", max_ops:int=8) -> Prog:
-  """a random program. mode: "f64", "f32" (no discrete ops) or "jac" (differentiable ops, one output, jacfwd inside or outside the vmaps)"""
+  """a random program. mode: "f64", "f32" (no discrete ops), "jac" (differentiable ops, one output, jacfwd inside or outside the vmaps) or
+  "rev" (the same with jacrev)"""
+  if mode == "rev": return replace(draw_prog(d, "jac", max_ops), jac_fn="jacrev")
   n_in = d.int(1, 2 if mode == "jac" else 3)
   base = tuple(d.int(1, 4) for _ in range(d.int(0, 3)))
   shapes = []
@@ -425,7 +430,8 @@ def run_numpy(prog:Prog) -> tuple:
   return (want if isinstance(want, tuple) else (want,)), Trace.scale
 
 def run_tinygrad(prog:Prog) -> tuple:
-  ns = {"Tensor": Tensor, "dtypes": dtypes, "vmap": vmap, "jacfwd": jacfwd, "np": np, **{f"x{i}": x for i, x in enumerate(prog.inputs())}}
+  ns = {"Tensor": Tensor, "dtypes": dtypes, "vmap": vmap, "jacfwd": jacfwd, "jacrev": jacrev, "np": np,
+        **{f"x{i}": x for i, x in enumerate(prog.inputs())}}
   for j, (name, _, params) in enumerate(prog.ops):
     if name == "matmul": ns[f"tw{prog.n_in+j}"] = eval(prog.tensor_source("w"), ns | {"w": prog.weight(prog.n_in+j, params[2])})
   exec(prog.fn_source("tg"), ns)
@@ -521,6 +527,10 @@ class TestVmapFuzz(unittest.TestCase):
   @fuzz_settings(15)
   @given(progs("jac"))
   def test_jacfwd(self, prog): hyp_check(prog)
+
+  @fuzz_settings(15)
+  @given(progs("rev"))
+  def test_jacrev(self, prog): hyp_check(prog)
 
 class TestVmapFuzzSharded(unittest.TestCase):
   """the same programs with the outermost batch sharded on two CPU devices, against the same numpy oracle"""
@@ -759,7 +769,7 @@ def shrink(prog:Prog, kind:str, budget:float=120.0) -> Prog:
   return prog
 
 def campaign(n:int, seed:int, out:str, sharded:bool=False):
-  modes = ["f64", "f64", "f64", "f32"] + ([] if sharded else ["jac"])
+  modes = ["f64", "f64", "f64", "f32"] + ([] if sharded else ["jac", "rev"])
   counts, kinds, t0 = {"run": 0, "skipped": 0, "failed": 0}, {}, time.perf_counter()
   with open(out, "a") as f:
     for i in range(n):
