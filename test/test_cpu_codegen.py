@@ -1,7 +1,8 @@
 """The CPU codegen patches the benchmarks led to (bench/analysis.md): the matmul register tile with float8 loads
-(codegen/opt/heuristic.py, codegen/late/devectorizer.py), vector ALUs kept for clang (Renderer.vector_alus), cos sharing sin's
-Payne-Hanek reduction (uop/decompositions.py) and that reduction running under a branch (codegen/late/cold_branch.py), clang
-started before it is needed (runtime/support/compiler_cpu.py) and given a schedule's kernels in one file (engine/realize.py). Results are checked against numpy; the kernel structure (opts, float8,
+(codegen/opt/heuristic.py, codegen/late/devectorizer.py), vector ALUs kept for clang (Renderer.vector_alus), an upcast stack's lanes
+as a shuffle (codegen/late/devectorizer.py), cos sharing sin's Payne-Hanek reduction (uop/decompositions.py) and that reduction
+running under a branch (codegen/late/cold_branch.py), clang started before it is needed (runtime/support/compiler_cpu.py) and given
+a schedule's kernels in one file (engine/realize.py). Results are checked against numpy; the kernel structure (opts, float8,
 reductions) is asserted exactly, never timed."""
 import threading, unittest, unittest.mock, inspect, math, os, signal, subprocess, sys, platform, mmap, ctypes
 import numpy as np
@@ -215,6 +216,22 @@ print(y.sum(axis=1).tolist())"""
       with self.subTest(name):
         got = fn(Tensor(xf), Tensor(yf), Tensor(xi), Tensor(b)).contiguous(arg=(Opt(OptOps.UPCAST, 0, 8),)).numpy()
         np.testing.assert_equal(got, np_fn(xf, yf, xi, b))
+
+  # stack-then-index (bench W3): each output lane is a padded value, so the upcast stack summed vectors that are 0 in all lanes but one.
+  # Those sums are a shuffle now: the multiplies and one vector store, no vector ADD
+  def stack_pick(self, x, C):
+    def f(e, C):
+      flat = Tensor.stack(e * C[0], e * C[1], e * C[2]).flatten()
+      return Tensor.stack(*[flat[i] for i in (0, 5, 10, 3)])
+    return vmap(f, in_axes=(0, None))(x, C)
+  def test_stack_lanes_are_a_shuffle(self):
+    p = program(self.stack_pick(Tensor.empty(64, 4), Tensor.empty(3, 4)))
+    self.assertEqual(self.alus(p), {("MUL", 1), ("ADD", 1)})   # the index math's ADD
+  def test_stack_lanes_against_numpy(self):
+    rng = np.random.default_rng(7)
+    x, C = rng.standard_normal((64, 4)), rng.standard_normal((3, 4))
+    want = np.stack([x * C[0], x * C[1], x * C[2]], axis=1).reshape(64, 12)[:, [0, 5, 10, 3]]
+    np.testing.assert_equal(self.stack_pick(Tensor(x), Tensor(C)).numpy(), want)   # float64: exact products, nothing else
 
   def test_vector_ops_against_numpy(self):
     # every kind of ALU the C renderer emits on vectors, upcast by 8, float and int, against numpy
