@@ -22,10 +22,21 @@ class TestBroadcastedShortcut(unittest.TestCase):
     self.assertIs(x, a)
     self.assertIs(y, b)
 
-  def test_half_keeps_backward_casts(self):
-    # half accumulates in float32: the broadcast is a cast pair, not a shortcut
-    a, b = rand(3, 4, dtype=dtypes.half), rand(3, 4, dtype=dtypes.half, seed=1)
-    self.assertIsNot(a._broadcasted(b)[0].uop, a.uop)
+  def test_same_shape_half_and_bool_no_casts(self):
+    # nothing is broadcast, so no backward sum needs the accumulating dtype: half (float32) and a bool condition (int) stay as they are
+    for a, b in [(rand(3, 4, dtype=dtypes.half), rand(3, 4, dtype=dtypes.half, seed=1)), (rand(3, 4) > 0, rand(3, 4))]:
+      with self.subTest(dtype=str(a.dtype)):
+        x, y = a._broadcasted(b, match_dtype=False)
+        self.assertIs(x, a)
+        self.assertIs(y, b)
+
+  def test_broadcast_half_keeps_backward_casts(self):
+    # half accumulates in float32: the operand that is broadcast gets the cast pair, its gradient is summed in float32
+    a, b = rand(3, 4, dtype=dtypes.half), rand(4, dtype=dtypes.half, seed=1)
+    x, y = a._broadcasted(b)
+    self.assertIs(x, a)
+    casts = lambda t: [u for u in t.uop.toposort() if u.op is Ops.CAST]
+    self.assertEqual(len(casts(y)) - len(casts(b)), 2)
 
   def test_python_number_const(self):
     a = rand(3, 4)
@@ -41,13 +52,14 @@ class TestBroadcastedShortcut(unittest.TestCase):
     # the long way: Tensor.cast, Tensor._broadcast_to, Tensor.cast per operand (what _broadcasted did before it built them as UOps)
     from tinygrad.dtype import sum_acc_dtype
     from tinygrad.tensor import _broadcast_shape
-    cases = [(rand(3, 1), rand(1, 4, seed=1)), (rand(3, 4) > 0, rand(3, 4)), (rand(3, 4, dtype=dtypes.half), rand(4, dtype=dtypes.half, seed=1)),
+    cases = [(rand(3, 1), rand(1, 4, seed=1)), (rand(3, 1) > 0, rand(3, 4)), (rand(3, 4, dtype=dtypes.half), rand(4, dtype=dtypes.half, seed=1)),
              (rand(2, 1, 4).cast(dtypes.int8), rand(3, 1).cast(dtypes.int8))]
     for a, b in cases:
       for backward_cast in (True, False):
         with self.subTest(a=str((a.shape, a.dtype)), b=str((b.shape, b.dtype)), backward_cast=str(backward_cast)):
           out = _broadcast_shape(a.shape, b.shape)
-          want = [t.cast(sum_acc_dtype(t.dtype) if backward_cast else t.dtype)._broadcast_to(out).cast(t.dtype) for t in (a, b)]
+          # an operand of the output's shape isn't broadcast: it stays as it is
+          want = [t if t.shape == out else t.cast(sum_acc_dtype(t.dtype) if backward_cast else t.dtype)._broadcast_to(out).cast(t.dtype) for t in (a, b)]
           got = a._broadcasted(b, match_dtype=False, backward_cast=backward_cast)
           self.assertIs(got[0].uop, want[0].uop)
           self.assertIs(got[1].uop, want[1].uop)

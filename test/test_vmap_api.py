@@ -287,6 +287,22 @@ class TestScheduleCache(VmapTestCase):
     x = rand(3, 3)
     self.assert_close(vmap(lambda a: vmap(lambda b: a.sum()*b)(Tensor(x)))(Tensor(x)).numpy(), x.sum(1)[:, None, None]*x[None])
 
+  # a kernel's output is numbered past the inputs' LUNIQUEs; an input folded out of the graph (z*0) still has its number, and an output given
+  # that number was mapped back to the input's buffer and overwrote it (vanilla 0.12.0 too, outside vmap as well)
+  def assert_input_intact(self, fn):
+    x = rand(4, 3)
+    xt = Tensor(x).realize()
+    outs = [fn(xt).numpy() for _ in range(2)]
+    np.testing.assert_equal(xt.numpy(), x)
+    return outs
+  def test_folded_input_not_overwritten(self):
+    for out in self.assert_input_intact(lambda x: (x*0+5).contiguous()): np.testing.assert_equal(out, np.full((4, 3), 5.0))
+  def test_folded_input_in_vmap_not_overwritten(self):
+    for out in self.assert_input_intact(vmap(lambda z: (z*0+1).contiguous())): np.testing.assert_equal(out, np.ones((4, 3)))
+  def test_constant_gradient_does_not_overwrite_input(self):
+    # the gradient of x**1 is 1 everywhere: x folds out of its graph
+    for out in self.assert_input_intact(lambda x: (x**1).sum().gradient(x)[0]): np.testing.assert_equal(out, np.ones((4, 3)))
+
 class TestKernelCounts(VmapTestCase):
   def setUp(self): self.x = Tensor(rand(6, 5, 4)).realize()
   def test_one_example_is_one_kernel(self): self.assertEqual(kernels(lambda: per_row(self.x[0, 0]).realize()), 1)
