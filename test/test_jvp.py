@@ -250,7 +250,7 @@ class TestClosedOver(JvpTestCase):
     xt = T(x)
     self.assert_close(jvp(lambda a, b: a*b, (xt, xt), (T(ta), T(tb)))[1].numpy(), ta*x + x*tb)
 
-class TestErrors(unittest.TestCase):
+class TestErrors(VmapTestCase):
   def test_wrong_count(self):
     with self.assertRaisesRegex(ValueError, "2 primals but 1 tangents"): jvp(lambda x, y: x*y, (Tensor([1.0]), Tensor([2.0])), (Tensor([1.0]),))
   def test_shape_mismatch(self):
@@ -266,9 +266,13 @@ class TestErrors(unittest.TestCase):
   def test_non_tensor_output(self):
     with self.assertRaisesRegex(TypeError, "must return a Tensor"): jvp(lambda x: (x, 3), (Tensor([1.0]),), (Tensor([1.0]),))
   def test_op_without_rule(self):
-    # ASSIGN has no tangent rule: the error names it, no silent zero
-    with self.assertRaisesRegex(NotImplementedError, "no tangent rule for Ops.ASSIGN"):
-      jvp(lambda x: Tensor.empty(3, dtype=dtypes.float64).assign(x*2), (Tensor(rand(3)),), (Tensor(rand(3)),))
+    # MULACC (a late, codegen-level op) has no tangent rule: the error names it, no silent zero
+    x, t = Tensor(rand(3)).uop, Tensor(rand(3)).uop
+    with self.assertRaisesRegex(NotImplementedError, "no tangent rule for Ops.MULACC"): jvp_uops([UOp(Ops.MULACC, x.dtype, (x, x, x))], [x], [t])
+  def test_assign_is_its_value(self):
+    # clone is an assign to an empty buffer: the tangent is the value's
+    x, t = rand(3), rand(3)
+    self.assert_close(jvp(lambda x: Tensor.empty(3, dtype=dtypes.float64).assign(x*2), (Tensor(x),), (Tensor(t),))[1].numpy(), 2*t)
   def test_bitcast_nonzero_tangent(self):
     with self.assertRaisesRegex(NotImplementedError, "no tangent for Ops.BITCAST"):
       jvp(lambda x: x.bitcast(dtypes.int64), (Tensor(rand(3)),), (Tensor(rand(3)),))

@@ -524,6 +524,34 @@ class TestAssign(VmapTestCase):
       return buf
     with self.assertRaisesRegex(RuntimeError, "outlives the vmapped function"): vmap(outer)(Tensor(rand(4, 3)))
 
+  def test_setitem_of_outer_example_in_inner_vmap_raises(self):
+    # the outer example's clone takes the inner batch's values: refused like assign, not left holding an open inner scope
+    def outer(a):
+      b = a.clone()
+      def inner(r):
+        b[0] = r
+        return r * 2
+      vmap(inner)(a)
+      return b
+    with self.assertRaisesRegex(RuntimeError, "outlives the vmapped function"): vmap(outer)(Tensor(rand(3, 4)))
+
+  def test_local_setitem_per_example_index_constant_value(self):
+    # JAX's jnp.zeros(4).at[i].set(1.0): the index is the example's, the value isn't
+    idx = np.array([[0, 3], [1, 1], [2, 0]], np.int32)
+    w = rand(4)
+    def np_set(base, i, v):
+      ret = base.copy()
+      ret[i] = v
+      return ret
+    for name, make in [("zeros", lambda: Tensor.zeros(4, dtype=dtypes.float64).contiguous()), ("clone", lambda: Tensor(w).clone())]:
+      with self.subTest(target=name):
+        def f(i):
+          b = make()
+          b[i] = 1.0
+          return b
+        base = np.zeros(4) if name == "zeros" else w
+        self.assert_close(vmap(f)(Tensor(idx)).numpy(), np.stack([np_set(base, i, 1.0) for i in idx]))
+
   def test_local_setitem(self):
     x = rand(4, 3)
     def f(a):

@@ -5,12 +5,13 @@ tangents)` is the JAX-style transform. Inputs are matched by identity of their U
 realized: a tangent is just more graph, which composes with vmap (a tangent inside a vmap scope stays inside it) and with gradient.
 """
 from __future__ import annotations
-import math
+import contextlib, math
 from typing import Any, Callable, Sequence
 from tinygrad.dtype import dtypes
 from tinygrad.uop.ops import UOp, PatternMatcher, UPat, Ops, GroupOp
 from tinygrad.gradient import prod_of_others
 from tinygrad.tensor import Tensor
+import tinygrad.tensor
 from tinygrad.vmap import _leaves, _unflatten
 
 # a zero tangent is None: rules skip the terms it would give, so the parts of a graph the inputs don't reach build no tangent graph
@@ -72,6 +73,8 @@ pm_tangent = PatternMatcher([
   (UPat(GroupOp.VMap, name="ret"), lambda ctx, ret: _same(ret, ctx[0])),
   (UPat((Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD), name="ret"), lambda ctx, ret: _same(ret, ctx[0])),
   (UPat(Ops.COPY, name="ret"), lambda ctx, ret: _same(ret, ctx[0])),
+  # an assign is its value (clone, `+=` on a Tensor made in fn): the target's old tangent is overwritten with the value's
+  (UPat(Ops.ASSIGN), lambda ctx: ctx[1]),
   (UPat(Ops.MULTI, name="ret"), lambda ctx, ret: UOp(Ops.MULTI, ret.dtype, tuple(_zero(t, s) for t,s in zip(ctx, ret.src)), ret.arg)),
 ])
 # every rule matches on the op alone, one rule per op: tangent_of calls it directly (see there)
@@ -146,6 +149,17 @@ def fresh_copy(x:Tensor) -> Tensor:
   in the schedule cache, so repeat calls still hit it."""
   return x * Tensor(1, device=x.device, dtype=x.dtype, _force_unique=True)
 
+@contextlib.contextmanager
+def tracing(copies:list[Tensor]):
+  """while fn runs on fresh copies: a Tensor computed from one is traced (tinygrad.tensor.tracers), realize leaves it lazy and setitem
+  into it is functional, so fn's `.realize()` or `y[i] = v` doesn't cut its outputs from the arguments"""
+  # each copy's unique 1: the last unique CONST of its graph (x * one: one's srcs come after all of x's)
+  ones = {[u for u in c.uop.toposort() if u.op is Ops.CONST and any(s.op is Ops.UNIQUE for s in u.src)][-1] for c in copies}
+  ones -= tinygrad.tensor.tracers
+  tinygrad.tensor.tracers |= ones
+  try: yield
+  finally: tinygrad.tensor.tracers -= ones
+
 def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]:
   """
   JAX's `jvp`: `fn(*primals)` and its directional derivative along `tangents`, as `(primals_out, tangents_out)`. `fn` takes Tensors
@@ -170,7 +184,7 @@ def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]
   flat_primals, flat_tangents = _leaves(list(primals)), _leaves(list(tangents))
   _check(flat_primals, flat_tangents, "jvp")
   fresh = [x if t is None else fresh_copy(x) for x,t in zip(flat_primals, flat_tangents)]
-  out = fn(*_unflatten(list(primals), fresh))
+  with tracing([f for f,t in zip(fresh, flat_tangents) if t is not None]): out = fn(*_unflatten(list(primals), fresh))
   if bad:=[l for l in _leaves(out) if not isinstance(l, Tensor)]:
     raise TypeError(f"jvp: fn must return a Tensor or a tuple/list/dict of Tensors, got a {type(bad[0]).__name__}")
   return out, _unflatten(out, jvp_tensors(_leaves(out), fresh, flat_tangents))
