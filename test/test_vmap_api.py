@@ -303,6 +303,19 @@ class TestScheduleCache(VmapTestCase):
     # the gradient of x**1 is 1 everywhere: x folds out of its graph
     for out in self.assert_input_intact(lambda x: (x**1).sum().gradient(x)[0]): np.testing.assert_equal(out, np.ones((4, 3)))
 
+  def test_custom_kernels_keyed_by_function(self):
+    # every CustomKernel printed the same, so two custom kernels of one graph shape shared a cache entry: the second ran the first's kernel
+    from tinygrad.uop.ops import KernelInfo
+    def scaled(c):
+      def kernel(B, A):
+        i = UOp.range(3, 0)
+        return B[i].store(A[i] * c).end(i).sink(arg=KernelInfo(name="scaled"))
+      return kernel
+    x = rand(3)
+    a = Tensor(x).realize()
+    for c in (2.0, 10.0, -3.0):
+      with self.subTest(c=c): self.assert_close(Tensor.empty(3, dtype=dtypes.float64).custom_kernel(a, fxn=scaled(c))[0].numpy(), x * c)
+
 class TestKernelCounts(VmapTestCase):
   def setUp(self): self.x = Tensor(rand(6, 5, 4)).realize()
   def test_one_example_is_one_kernel(self): self.assertEqual(kernels(lambda: per_row(self.x[0, 0]).realize()), 1)
