@@ -7,7 +7,7 @@ from tinygrad.engine.schedule import schedule_cache
 from tinygrad.engine.realize import run_schedule
 from tinygrad.uop.ops import UOp, AxisType
 from tinygrad.vmap import vmap_range, varg
-from vmap_oracle import VmapTestCase, rand, np_loop, kernels, np_softmax
+from vmap_oracle import VmapTestCase, rand, np_loop, kernels, np_softmax, set_items
 
 def per_row(x): return (x*x).sum()*2 + x.max()   # reads the same on a Tensor and an ndarray
 
@@ -574,12 +574,6 @@ class TestAssign(VmapTestCase):
     want = np.zeros((4, 5))
     want[:, 1:4] = x
     self.assert_close(vmap(f)(Tensor(x)).numpy(), want)
-
-def set_items(x, idx, v):
-  """x with x[idx] = v, on a copy: the same code for a Tensor and an ndarray"""
-  y = x.clone() if isinstance(x, Tensor) else x.copy()
-  y[idx] = v
-  return y
 
 class TestSetitem(VmapTestCase):
   """setitem inside a vmapped function sets the items of each example, as jax's x.at[idx].set(v) and torch.func.vmap's in-place ops"""

@@ -20,7 +20,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st, HealthCheck, assume
 from tinygrad import Tensor, dtypes, vmap, jacfwd, jacrev
 sys.path.insert(0, os.path.dirname(__file__))
-from vmap_oracle import np_batch, np_softmax_axis, np_log_softmax, num_jac
+from vmap_oracle import np_batch, np_softmax_axis, np_log_softmax, num_jac, set_items
 
 MAX_NUMEL = 48   # of a per-example value
 
@@ -105,7 +105,7 @@ class Prog:
     args = ", ".join(f"x{i}" for i in range(self.n_in))
     tol = "atol=1e-6, rtol=1e-6" if self.dtype == "float64" else "atol=1e-3, rtol=1e-3"
     return "\n".join(["import numpy as np", "from tinygrad import Tensor, dtypes, vmap, jacfwd, jacrev",
-      "from vmap_oracle import np_batch, np_softmax_axis, np_log_softmax, num_jac",
+      "from vmap_oracle import np_batch, np_softmax_axis, np_log_softmax, num_jac, set_items",
       f"{args}, = [np.random.default_rng({self.seed}).standard_normal(s) for s in {self.input_shapes()!r}]"
       if self.dtype == "float64" else f"{args}, = [np.random.default_rng({self.seed}).standard_normal(s).astype(np.float32) for s in "
       f"{self.input_shapes()!r}]", self.weights_source(), self.fn_source("tg"), self.fn_source("np"),
@@ -176,6 +176,9 @@ def op_expr(op:tuple, a:list[str], lib:str, vid:int, dtype:str, traced:bool) -> 
   if name == "cumsum": return f"{a[0]}.cumsum({p[0]})" if tg else f"np.cumsum({a[0]}, axis={p[0]})"
   if name == "contiguous": return f"{a[0]}.contiguous()" if tg else a[0]
   if name == "iota": return f"({a[0]} * (Tensor.arange({p[0]}, dtype={F})+1))" if tg else f"({a[0]} * (np.arange({p[0]})+1))"
+  if name == "setitem":   # a clone with an int or a slice of one axis set to a scalar computed from another value (JAX's .at[].set)
+    axis, lo, hi = p
+    return f"set_items({a[0]}, ({'slice(None), '*axis}{lo if hi is None else f'slice({lo}, {hi})'},), {a[1]}.sum())"
   raise ValueError(f"unknown op {op}")
 
 # *** the checks of the traced numpy code: skip examples where a discrete op sits within rounding of its decision boundary ***
@@ -238,7 +241,7 @@ class HypDraw:
 UNARY = ["neg", "abs", "relu", "sin", "tanh", "sigmoid", "exp", "log", "sqrt", "square", "recip", "log1sq", "sqrt1sq", "floor", "affine"]
 UNARY_SMOOTH = ["neg", "sin", "tanh", "sigmoid", "exp", "square", "recip", "log1sq", "sqrt1sq", "affine"]
 OPS = ["unary", "binary", "where", "lerp", "cast", "reduce", "matmul", "reshape", "permute", "expand", "shrink", "pad", "flip", "stack", "cat",
-       "index_int", "index_slice", "index_tensor", "gather", "softmax", "log_softmax", "cumsum", "contiguous", "iota"]
+       "index_int", "index_slice", "index_tensor", "gather", "softmax", "log_softmax", "cumsum", "contiguous", "iota", "setitem"]
 DISCRETE = {"cast", "gather"}   # not in float32 programs: the two sides round differently and may land on two sides of a boundary
 NOT_SMOOTH = {"cast"}           # not in jacfwd programs
 
@@ -248,7 +251,7 @@ def bcast(*shapes):
 
 def numpy_value(op:tuple, vals:list[np.ndarray], prog_seed:int, vid:int) -> np.ndarray:
   """the value of one op on per-example numpy values (draws check their ops with this: a shape, or an exception for an invalid op)"""
-  ns = {"np": np, "np_softmax_axis": np_softmax_axis, "np_log_softmax": np_log_softmax,
+  ns = {"np": np, "np_softmax_axis": np_softmax_axis, "np_log_softmax": np_log_softmax, "set_items": set_items,
         f"w{vid}": np.random.default_rng(1000*prog_seed+vid).standard_normal(op[2][2]) if op[0] == "matmul" else None}
   ns.update({f"a{i}": vals[a] for i, a in enumerate(op[1])})
   return np.asarray(eval(op_expr(op, [f"a{i}" for i in range(len(op[1]))], "np", vid, "float64", False), ns))
@@ -341,6 +344,11 @@ def draw_op(d, name:str, shapes:list[tuple], mode:str, used:set[int]):
   if name in ("softmax", "log_softmax", "cumsum"): return (x,), (draw_axis(d, nd),)
   if name == "contiguous": return (x,), ()
   if name == "iota": return (x,), (s[-1],)
+  if name == "setitem":
+    axis = d.int(0, nd-1)
+    if d.coin(): return (x, pick_val()), (axis, d.int(-s[axis], s[axis]-1), None)
+    lo = d.int(0, s[axis]-1)
+    return (x, pick_val()), (axis, lo, d.int(lo+1, s[axis]))
   raise ValueError(name)
 
 def prime_factors(n:int) -> list[int]:
@@ -416,6 +424,7 @@ class Skip(Exception): pass
 
 def np_namespace() -> dict:
   return {"np": np, "np_batch": np_batch, "np_softmax_axis": np_softmax_axis, "np_log_softmax": np_log_softmax, "num_jac": num_jac,
+          "set_items": set_items,
           "_v": _v, "_fi": _fi, "_f0": _f0, "_fd": _fd, "_fh": _fh, "_ff": _ff, "_ft": _ft}
 
 def run_numpy(prog:Prog) -> tuple:
@@ -430,7 +439,7 @@ def run_numpy(prog:Prog) -> tuple:
   return (want if isinstance(want, tuple) else (want,)), Trace.scale
 
 def run_tinygrad(prog:Prog) -> tuple:
-  ns = {"Tensor": Tensor, "dtypes": dtypes, "vmap": vmap, "jacfwd": jacfwd, "jacrev": jacrev, "np": np,
+  ns = {"Tensor": Tensor, "dtypes": dtypes, "vmap": vmap, "jacfwd": jacfwd, "jacrev": jacrev, "np": np, "set_items": set_items,
         **{f"x{i}": x for i, x in enumerate(prog.inputs())}}
   for j, (name, _, params) in enumerate(prog.ops):
     if name == "matmul": ns[f"tw{prog.n_in+j}"] = eval(prog.tensor_source("w"), ns | {"w": prog.weight(prog.n_in+j, params[2])})

@@ -3,7 +3,7 @@ result sharded on the output's batch axis. Against numpy loops over examples, on
 import unittest
 import numpy as np
 from tinygrad import Tensor, vmap
-from vmap_oracle import VmapTestCase, rand, batched, np_loop, np_softmax, kernels
+from vmap_oracle import VmapTestCase, rand, batched, np_loop, np_softmax, kernels, set_items
 from test_vmap import Constructs
 
 def devices(n:int) -> tuple[str, ...]: return tuple(f"CPU:{i}" for i in range(n))
@@ -36,6 +36,10 @@ class TestShardedBatch(VmapTestCase):
                                         nfn=lambda x: np.flip(np.pad(x.reshape(2, 3).T, ((1, 0), (0, 1))), 0)[1:], shape=(6,))
   def test_stack(self): self.sharded(lambda x: Tensor.stack(x, x*2), nfn=lambda x: np.stack([x, x*2]))
   def test_fancy_index(self): self.sharded(lambda x: x[[3, 0, 2]])
+  def test_setitem_on_clone(self):
+    # the items set and the mask are on the batch's devices: they were made on the default device and copied there
+    for idx in [(1,), (slice(0, 2),), ([3, 0],)]:
+      with self.subTest(idx=repr(idx)): self.sharded(lambda x: set_items(x, idx, x.sum()))
   def test_replicated_weight(self): self.sharded(lambda x, w: (x @ w).relu(), nfn=lambda x, w: np.maximum(x @ w, 0), weight=rand(4, 3))
   def test_softmax(self): self.sharded(lambda x: x.softmax(), nfn=np_softmax, n_dev=3)
   def test_reduce_indexed_again(self): self.sharded(lambda x: reduce_index(x, Tensor), nfn=lambda x: reduce_index(x, np))

@@ -79,6 +79,12 @@ def np_batch(fn, size:int, in_axes, out_axes=0):
     return stack(res, out_axes)
   return batched
 
+def set_items(x, idx, v):
+  """x with x[idx] = v, on a copy: the same code for a Tensor and an ndarray (JAX's x.at[idx].set(v))"""
+  y = x.clone() if isinstance(x, Tensor) else x.copy()
+  y[idx] = v
+  return y
+
 def np_softmax_axis(x:np.ndarray, axis:int) -> np.ndarray:
   e = np.exp(x - x.max(axis, keepdims=True))
   return e / e.sum(axis, keepdims=True)
