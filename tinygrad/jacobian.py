@@ -63,16 +63,14 @@ def jacfwd(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
     def directional(e:Tensor):
       # one basis direction e of all differentiated arguments at once: each argument's tangent is its slice of e
       tangents = [e[o:o+s].reshape(x.shape).cast(x.dtype) for x,o,s in zip(xs, offsets, sizes)]
-      aux = []
       def primal(*leaves):
         out, a = _split_aux(fn(*_with(args, nums, list(leaves)), **kwargs), has_aux, "jacfwd")
-        aux.append(a)
         raw_aux.append(a)
         return out
       tangent_out = jvp(primal, tuple(xs), tuple(tangents))[1]
-      return (tangent_out, aux[0]) if has_aux else tangent_out
+      return (tangent_out, raw_aux[-1]) if has_aux else tangent_out
+    raw_aux: list = []   # what fn returned as aux, before vmap
     basis = Tensor.eye(sum(sizes), dtype=xs[0].dtype, device=xs[0].device)
-    raw_aux: list = []
     # aux comes from the primal alone: it doesn't depend on the basis direction, so it leaves the vmap as it is (out_axes None)
     cols, aux = vmap(directional, out_axes=(-1, None))(basis) if has_aux else (vmap(directional, out_axes=-1)(basis), None)
     # vmap made aux's Python numbers Tensors: the ones fn returned are given back as they were, as JAX does
