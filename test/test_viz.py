@@ -100,7 +100,7 @@ class TestVizVmap(unittest.TestCase):
 
   def open(self, viewer:Viewer):
     page = self.browser.new_page(viewport={"width":1600, "height":900})
-    page.set_default_timeout(20000)
+    page.set_default_timeout(60000)   # the graph layout runs in a web worker: on 2 shared cores under xdist it can take 20 s
     self.errors: list[str] = []
     page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
     page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
