@@ -6,6 +6,7 @@ analysis.md's "what the heuristics could pick" for a workload. One thread (CPU_C
 """
 import os, sys, statistics
 os.environ.setdefault("CPU_COUNT", "1")
+os.environ.setdefault("TIERED", "0")   # a runner built here is the full (-O2) build, not the quick -O1 one
 import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tinygrad import Tensor, Device, vmap

@@ -186,6 +186,14 @@ class TestApi(JvpTestCase):
     self.assert_close(out["b"][1][0].numpy(), np.exp(x))
     for got, want in [(dout["a"], np.cos(x)*tx), (dout["b"][0], 2*tx), (dout["b"][1][0], np.exp(x)*tx), (dout["b"][1][1], tx.sum())]:
       self.assert_close(got.numpy(), np.asarray(want))
+  def test_none_in_output(self):
+    # None is an empty subtree of the output (JAX's pytrees): its tangent is None
+    x, tx = rand(3), rand(3)
+    out, dout = jvp(lambda x: (x.sin(), None, {"a": None, "b": x * 2}), (T(x),), (T(tx),))
+    self.assertIsNone(out[1])
+    self.assertEqual((dout[1], dout[2]["a"]), (None, None))
+    self.assert_close(dout[0].numpy(), np.cos(x) * tx)
+    self.assert_close(dout[2]["b"].numpy(), 2 * tx)
   def test_tangent_is_the_primal(self):
     # the tangent of a reshape of x along x is that same reshape of x: the driver must not read it as "no rule"
     x = rand(3, 4)

@@ -105,6 +105,13 @@ class TestJacobians(VmapTestCase):
     self.assert_close(out["s"].numpy(), np.ones(3))
     self.assert_close(out["e"].numpy(), np.diag(np.exp(x)))
 
+  def test_none_in_output(self):
+    x = rand(3)
+    for jac in (jacfwd, jacrev):
+      out = jac(lambda x: (x.exp(), None))(Tensor(x))
+      self.assertIsNone(out[1])
+      self.assert_close(out[0].numpy(), np.diag(np.exp(x)))
+
   def test_pytree_argument(self):
     # a dict of parameters, as JAX takes it: the Jacobian has the output's structure of the argument's structure
     w, v = rand(3), rand(2)

@@ -30,7 +30,9 @@ def _argnums(argnums:int|tuple[int, ...], args:tuple, fn:str) -> tuple[int, ...]
                         (f" of {leaf.dtype}" if isinstance(leaf, Tensor) else ""))
   return tuple(i % len(args) for i in nums)
 
-def _tree_apply(fn:Callable, tree): return _tree_map(lambda leaf, _spec, _path: fn(leaf), tree, None, "", "")
+def _tree_apply(fn:Callable, tree):
+  """fn over the leaves of tree; None is an empty subtree (fn's output may hold one, as in JAX), kept as it is"""
+  return _tree_map(lambda leaf, _spec, _path: None if leaf is None else fn(leaf), tree, None, "", "")
 
 def _with(args:tuple, nums:tuple[int, ...], leaves:list) -> list:
   """args with the leaves of each args[nums[k]], in order, replaced by `leaves`"""

@@ -185,6 +185,9 @@ def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]
   _check(flat_primals, flat_tangents, "jvp")
   fresh = [x if t is None else fresh_copy(x) for x,t in zip(flat_primals, flat_tangents)]
   with tracing([f for f,t in zip(fresh, flat_tangents) if t is not None]): out = fn(*_unflatten(list(primals), fresh))
-  if bad:=[l for l in _leaves(out) if not isinstance(l, Tensor)]:
-    raise TypeError(f"jvp: fn must return a Tensor or a tuple/list/dict of Tensors, got a {type(bad[0]).__name__}")
-  return out, _unflatten(out, jvp_tensors(_leaves(out), fresh, flat_tangents))
+  # None in the output is an empty subtree, as in JAX: its tangent is None
+  leaves = _leaves(out)
+  if bad:=[l for l in leaves if l is not None and not isinstance(l, Tensor)]:
+    raise TypeError(f"jvp: fn must return a Tensor or a tuple/list/dict of Tensors (or None), got a {type(bad[0]).__name__}")
+  tangents_out = iter(jvp_tensors([l for l in leaves if l is not None], fresh, flat_tangents))
+  return out, _unflatten(out, [None if l is None else next(tangents_out) for l in leaves])
