@@ -10,8 +10,8 @@ from tinygrad import Tensor, Device, TinyJit, dtypes, vmap
 from tinygrad.codegen import get_program
 from tinygrad.codegen.opt import OptOps, Opt
 from tinygrad.helpers import Context, getenv, diskcache_get, diskcache_put
-from tinygrad.uop.ops import Ops, GroupOp, KernelInfo
-from tinygrad.codegen.opt.heuristic import quick_opts_differ
+from tinygrad.uop.ops import UOp, Ops, GroupOp, KernelInfo
+from tinygrad.codegen.opt.heuristic import quick_opts_differ, cpu_tile_bytes
 from tinygrad.engine.realize import CompiledRunner, get_runner, method_cache, quick_tier, finish_full_builds
 from tinygrad.runtime.support.compiler_cpu import ClangJITCompiler
 
@@ -46,11 +46,27 @@ class TestCPUMatmulTile(unittest.TestCase):
       with self.subTest(shape=(m, k, n)): self.check_matmul(m, k, n, transpose_b=True)
 
   def test_tile_float32(self):
-    # N unit-stride in B: 4 rows by 16 columns (two float8) of accumulators, the reduce not unrolled. Rows are upcast first, so a row's
-    # columns are adjacent lanes of the accumulator vector: a float8 of B times a broadcast of A
+    # N unit-stride in B: 4 rows (8 with AVX-512) by 16 columns (two float8) of accumulators, the reduce not unrolled. Rows are upcast
+    # first, so a row's columns are adjacent lanes of the accumulator vector: a float8 of B times a broadcast of A
     p = program(Tensor.empty(64, 64) @ Tensor.empty(64, 64))
-    self.assertEqual(tile(p), [(OptOps.UPCAST, 4), (OptOps.UPCAST, 16)])
+    self.assertEqual(tile(p), [(OptOps.UPCAST, cpu_tile_bytes() // 64), (OptOps.UPCAST, 16)])
     self.assertIn("float8", p.src)
+
+  def test_tile_rows_fill_eight_registers(self):
+    # 256 bytes of accumulators with AVX2 (8 of its 16 registers), 512 with AVX-512 (8 of 32): 4 or 8 rows of 16 floats or 8 doubles
+    import tinygrad.codegen.opt.heuristic as heuristic
+    for nbytes, rows in ((256, 4), (512, 8)):
+      with self.subTest(nbytes=nbytes), unittest.mock.patch.object(heuristic, "cpu_tile_bytes", lambda: nbytes):
+        self.assertEqual(tile(program(Tensor.empty(64, 64) @ Tensor.empty(64, 64))), [(OptOps.UPCAST, rows), (OptOps.UPCAST, 16)])
+        f64 = Tensor.empty(64, 64, dtype=dtypes.float64)
+        self.assertEqual(tile(program(f64 @ Tensor.empty(64, 64, dtype=dtypes.float64))), [(OptOps.UPCAST, rows), (OptOps.UPCAST, 8)])
+        rng = np.random.default_rng(nbytes)
+        a, b = rng.standard_normal((24, 32)).astype(np.float32), rng.standard_normal((32, 48)).astype(np.float32)
+        np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+  def test_tile_bytes_of_this_machine(self):
+    flags = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else []
+    self.assertEqual(cpu_tile_bytes(), 512 if platform.machine() in ("x86_64", "AMD64") and "avx512f" in flags else 256)
 
   def test_tile_narrow_n(self):
     # N=8: one float8 per row, so 8 rows
@@ -58,9 +74,9 @@ class TestCPUMatmulTile(unittest.TestCase):
     self.assertEqual(tile(p), [(OptOps.UPCAST, 8), (OptOps.UPCAST, 8)])
 
   def test_tile_float64(self):
-    # the same 256 bytes of accumulators: 8 doubles by 4 rows
+    # the same bytes of accumulators: 8 doubles by 4 rows (8 with AVX-512)
     p = program(Tensor.empty(64, 64, dtype=dtypes.float64) @ Tensor.empty(64, 64, dtype=dtypes.float64))
-    self.assertEqual(tile(p), [(OptOps.UPCAST, 4), (OptOps.UPCAST, 8)])
+    self.assertEqual(tile(p), [(OptOps.UPCAST, cpu_tile_bytes() // 64), (OptOps.UPCAST, 8)])
 
   def test_transposed_b_keeps_generic_opts(self):
     p = program(Tensor.empty(64, 64) @ Tensor.empty(64, 64).T)
@@ -76,7 +92,7 @@ class TestCPUMatmulTile(unittest.TestCase):
     # the relu's where masks the hidden layer's axes: the tile must not be upcast further on top (256 accumulators spilled)
     sched = batched(*map(Tensor, (x, w1, b1, w2, b2))).schedule()
     self.assertEqual([tile(get_program(si.ast, Device["CPU"].renderer)) for si in sched if si.ast.op.name == "SINK"],
-                     [[(OptOps.UPCAST, 4), (OptOps.UPCAST, 16)], [(OptOps.UPCAST, 8), (OptOps.UPCAST, 8)]])
+                     [[(OptOps.UPCAST, cpu_tile_bytes() // 64), (OptOps.UPCAST, 16)], [(OptOps.UPCAST, 8), (OptOps.UPCAST, 8)]])
     want = np.stack([np.maximum(e @ w1 + b1, 0) @ w2 + b2 for e in x.astype(np.float64)])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -109,9 +125,35 @@ class TestCPUVectorALUs(unittest.TestCase):
   def alus(self, p) -> set[tuple[str, int]]: return {(u.op.name, u.dtype.count) for u in p.uops if u.op in GroupOp.ALU and u.op is not Ops.SHL}
 
   def test_matmul_tile_is_vector_fmas(self):
-    # the 4x16 tile is one 64-lane accumulator: a multiply and an add per reduce step, not 64 scalar ones
+    # the 4x16 tile (8x16 with AVX-512) is one 64-lane (128-lane) accumulator: a multiply and an add per reduce step, not 64 scalar ones
+    p, lanes = program(Tensor.empty(64, 64) @ Tensor.empty(64, 64)), cpu_tile_bytes() // 4
+    self.assertEqual(self.alus(p), {("MUL", lanes), ("ADD", lanes), ("ADD", 1)})
+
+  def test_matmul_tile_broadcasts_are_splats(self):
+    # each of A's rows is splat over its 16 lanes and the splats concatenated: listed lane by lane, clang 14 loaded the strided
+    # scalars as one vector (a gather with AVX-512, 2.8x slower)
     p = program(Tensor.empty(64, 64) @ Tensor.empty(64, 64))
-    self.assertEqual(self.alus(p), {("MUL", 64), ("ADD", 64), ("ADD", 1)})
+    self.assertIn("__builtin_shufflevector(__builtin_shufflevector((float16)(", p.src)
+    self.assertIn("typedef float float32 ", p.src)
+    self.assertNotIn("(float64){", p.src)
+
+  def test_splat_runs(self):
+    from tinygrad.renderer.cstyle import splat_run
+    a, b, c, d = [UOp.const(dtypes.float, v) for v in (1.0, 2.0, 3.0, 4.0)]
+    vec = lambda *s, dt=dtypes.float: UOp(Ops.VECTORIZE, dt.vec(len(s)), s)
+    self.assertEqual(splat_run(vec(a, a, b, b)), 2)
+    self.assertEqual(splat_run(vec(a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d)), 4)
+    for i, lanes in enumerate([(a, b), (a, a, a, a), (a, a, b, b, c, c), (a, a, b, a), (a, a, a, b)]):
+      with self.subTest(case=i): self.assertEqual(splat_run(vec(*lanes)), 0)
+    t, f = UOp.const(dtypes.bool, True), UOp.const(dtypes.bool, False)
+    self.assertEqual(splat_run(vec(t, t, f, f, dt=dtypes.bool)), 0)   # no bool vectors in C
+
+  def test_splats_against_numpy(self):
+    # the tile's splats in float32 and float64 (float8 rows of 4 doubles)
+    rng = np.random.default_rng(13)
+    for dt in (np.float32, np.float64):
+      a, b = rng.standard_normal((20, 64)).astype(dt), rng.standard_normal((64, 48)).astype(dt)
+      np.testing.assert_allclose((Tensor(a) @ Tensor(b)).relu().numpy(), np.maximum(a.astype(np.float64) @ b, 0), rtol=1e-5, atol=1e-5)
 
   def test_upcast_elementwise_stays_vector(self):
     p = program((Tensor.empty(64) * 3 + 1).contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)))
