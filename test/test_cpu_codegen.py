@@ -244,9 +244,19 @@ print(y.sum(axis=1).tolist())"""
     self.assertNotEqual(tile(program(Tensor.empty(64, 8, 1) * Tensor.empty(1, 1, 8))), [(OptOps.UPCAST, 8)])
     self.assertEqual(tile(program(Tensor.empty(64, 64, dtype=dtypes.float64) + 1)), [(OptOps.UPCAST, 4)])   # 32 bytes of float64
 
-  def test_row_reduce_keeps_generic_upcast(self):
-    # a row reduce (bench W1) has no broadcast load: its 4 rows stay as the generic heuristic picks them
-    self.assertEqual(tile(program((Tensor.empty(1024, 64) ** 2).sum(-1))), [(OptOps.UPCAST, 4), (OptOps.UNROLL, 4)])
+  def test_row_reduce_upcasts_a_vector(self):
+    # a row reduce (bench W1), no operand broadcast along its rows: one float8 of rows, 8 independent accumulator chains (the generic 4
+    # were latency-bound: W1's kernel 2.0 -> 1.4 ms), in float64 4; a matmul-like reduce (B broadcast along A's rows) keeps its tile
+    self.assertEqual(tile(program((Tensor.empty(1024, 64) ** 2).sum(-1))), [(OptOps.UPCAST, 8), (OptOps.UNROLL, 4)])
+    self.assertEqual(tile(program(Tensor.empty(64, 1024).sum(0))), [(OptOps.UPCAST, 8), (OptOps.UNROLL, 4)])
+    self.assertEqual(tile(program(Tensor.empty(1024, 64, dtype=dtypes.float64).sum(-1))), [(OptOps.UPCAST, 4), (OptOps.UNROLL, 4)])
+    self.assertEqual(tile(program(Tensor.empty(64, 64) @ Tensor.empty(64, 64).T)), [(OptOps.UPCAST, 4), (OptOps.UPCAST, 4), (OptOps.UNROLL, 4)])
+
+  def test_row_and_column_reduces_against_numpy(self):
+    x = np.random.default_rng(14).standard_normal((2048, 64)).astype(np.float32)
+    for got, want in (((Tensor(x) * Tensor(x)).sum(1) * 2 + Tensor(x).max(1), (x.astype(np.float64) ** 2).sum(1) * 2 + x.max(1)),
+                      (Tensor(x).sum(0), x.astype(np.float64).sum(0)), (Tensor(x).min(1), x.min(1))):
+      np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
 
   def test_pairwise_distances_against_numpy(self):
     # the nested vmap of bench W5 against a numpy loop over pairs: three shapes on the float8 upcast (reduces of 16, 5 and 32) and one
