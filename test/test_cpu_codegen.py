@@ -252,6 +252,15 @@ print(y.sum(axis=1).tolist())"""
     self.assertEqual(tile(program(Tensor.empty(1024, 64, dtype=dtypes.float64).sum(-1))), [(OptOps.UPCAST, 4), (OptOps.UNROLL, 4)])
     self.assertEqual(tile(program(Tensor.empty(64, 64) @ Tensor.empty(64, 64).T)), [(OptOps.UPCAST, 4), (OptOps.UPCAST, 4), (OptOps.UNROLL, 4)])
 
+  def test_reduce_of_transcendental_stays_one_vector(self):
+    # a row sum of exp (softmax's denominator) upcast to 8 rows is not unrolled on top: 32 lanes of the exp decomposition, whose compares
+    # are per lane, ran 5x slower. A kernel without an upcast still unrolls, within 8 lanes
+    self.assertEqual(tile(program(Tensor.empty(1024, 128).exp().sum(1))), [(OptOps.UPCAST, 8)])
+    self.assertEqual(tile(program(Tensor.empty(100, 128).exp().sum(1))), [(OptOps.UNROLL, 4)])
+    x = np.random.default_rng(15).standard_normal((1024, 128)).astype(np.float32)
+    np.testing.assert_allclose(Tensor(x).softmax(1).numpy(), np.exp(x) / np.exp(x).sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(Tensor(x).exp().sum(1).numpy(), np.exp(x.astype(np.float64)).sum(1), rtol=1e-5)
+
   def test_row_and_column_reduces_against_numpy(self):
     x = np.random.default_rng(14).standard_normal((2048, 64)).astype(np.float32)
     for got, want in (((Tensor(x) * Tensor(x)).sum(1) * 2 + Tensor(x).max(1), (x.astype(np.float64) ** 2).sum(1) * 2 + x.max(1)),
