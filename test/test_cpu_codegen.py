@@ -64,6 +64,26 @@ class TestCPUMatmulTile(unittest.TestCase):
         a, b = rng.standard_normal((24, 32)).astype(np.float32), rng.standard_normal((32, 48)).astype(np.float32)
         np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
 
+  def test_quick_build_takes_the_avx2_tile(self):
+    # AVX-512's 8x16 tile costs ~25 ms more codegen and clang than 4x16: a first (quick) build takes 4x16, the full build 8x16
+    import tinygrad.codegen.opt.heuristic as heuristic
+    rng = np.random.default_rng(16)
+    a, b = rng.standard_normal((40, 64)).astype(np.float32), rng.standard_normal((64, 32)).astype(np.float32)
+    si = [si for si in (Tensor(a).realize() @ Tensor(b).realize()).schedule() if si.ast.op is Ops.SINK][-1]
+    for b_ in si.bufs: b_.ensure_allocated()
+    with unittest.mock.patch.object(heuristic, "cpu_tile_bytes", lambda: 256):
+      self.assertFalse(quick_opts_differ(si.ast, Device["CPU"].renderer))
+    with unittest.mock.patch.object(heuristic, "cpu_tile_bytes", lambda: 512):
+      self.assertTrue(quick_opts_differ(si.ast, Device["CPU"].renderer))
+      self.assertFalse(quick_opts_differ([s for s in Tensor.empty(64, 64).sum(1).schedule() if s.ast.op is Ops.SINK][-1].ast, Device["CPU"].renderer))
+      if not quick_tier(Device["CPU"].compiler): self.skipTest("no quick tier (TIERED=0 or BEAM)")
+      r = get_runner("CPU", si.ast)
+      for full, rows in ((False, 4), (True, 8)):
+        if full: finish_full_builds([r])
+        self.assertEqual(tile(r.p), [(OptOps.UPCAST, rows), (OptOps.UPCAST, 16)])
+        r(si.bufs, {}, wait=True)
+        np.testing.assert_allclose(np.frombuffer(si.bufs[0].as_buffer(), np.float32).reshape(40, 32), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
   def test_tile_bytes_of_this_machine(self):
     flags = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else []
     self.assertEqual(cpu_tile_bytes(), 512 if platform.machine() in ("x86_64", "AMD64") and "avx512f" in flags else 256)
