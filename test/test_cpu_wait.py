@@ -1,7 +1,8 @@
 """The CPU device's wait (runtime/ops_cpu.py patch): a thread that synchronizes runs the work still queued for the device's worker thread
-itself, instead of sleeping until the worker has run it; tasks still run one at a time and in submission order. Results are checked
-against numpy."""
-import unittest, unittest.mock, threading, time, sys, contextlib
+itself, instead of sleeping until the worker has run it; tasks still run one at a time and in submission order. A one-thread kernel
+launched on an idle device runs right away in the launching thread, one behind queued work waits its turn. Results are checked against
+numpy."""
+import unittest, unittest.mock, threading, time, sys, contextlib, ctypes
 import numpy as np
 from tinygrad import Tensor, Device, TinyJit, vmap
 import tinygrad.runtime.ops_cpu as ops_cpu
@@ -28,10 +29,11 @@ class TestCPUWaitRunsQueuedWork(unittest.TestCase):
       return run_task(worker, task, **kwargs)
     with unittest.mock.patch.object(ops_cpu.CPUWorker, "run_task", recording): return fn(), threads
 
-  def test_jitted_vmap_kernel_runs_on_the_waiting_thread(self):
+  def test_jitted_vmap_kernels_run_on_the_waiting_thread(self):
+    # two kernels: the jit replays them as one queued graph (one kernel would run where it is launched, see below)
     rng = np.random.default_rng(0)
     x, c = rng.standard_normal((1000, 4)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
-    f = TinyJit(lambda x, c: vmap(lambda r, c: Tensor.stack(r * c[0], r * c[1] + c[2]), in_axes=(0, None))(x, c).realize())
+    f = TinyJit(lambda x, c: vmap(lambda r, c: Tensor.stack(r * c[0], r.contiguous() * c[1] + c[2]), in_axes=(0, None))(x, c).realize())
     xt, ct = Tensor(x).realize(), Tensor(c).realize()
     for _ in range(3): f(xt, ct)   # captured on the 2nd call
     self.dev.synchronize()
@@ -83,6 +85,30 @@ class TestCPUWaitRunsQueuedWork(unittest.TestCase):
     self.dev.tasks.join()   # would hang if the task were still unfinished
     a = np.random.default_rng(2).standard_normal(64).astype(np.float32)
     np.testing.assert_allclose((Tensor(a) - 2).numpy(), a - 2, rtol=1e-6)
+
+  def test_eager_kernel_on_an_idle_device_runs_where_it_is_launched(self):
+    a = np.random.default_rng(3).standard_normal(256).astype(np.float32)
+    at = Tensor(a).realize()
+    self.dev.synchronize()
+    with unittest.mock.patch.object(ops_cpu.HCQProgram, "__call__", side_effect=AssertionError("went through the queue")):
+      out, threads = self.run_threads(lambda: (at * 2 - 1).realize())
+    self.assertEqual(threads, [])
+    self.assertEqual(self.dev.tasks.unfinished_tasks, 0)
+    np.testing.assert_allclose(out.numpy(), a.astype(np.float64) * 2 - 1, rtol=1e-6)
+
+  def test_kernel_behind_queued_work_waits_its_turn(self):
+    # a queued command writes the kernel's input: run before it, the kernel would read the old values
+    a, b = np.arange(64, dtype=np.float32), np.random.default_rng(4).standard_normal(64).astype(np.float32)
+    at = Tensor(a).realize()
+    (at + 1).realize()   # compiled now: a compile would block this thread, and let the worker run the command first anyway
+    self.dev.synchronize()
+    def write_input(tid):
+      time.sleep(0.02)
+      ctypes.memmove(at.uop.buffer._buf.va_addr, b.ctypes.data, b.nbytes)
+    with no_forced_gil_switch():
+      self.dev.tasks.put([write_input, 1, 0])
+      out = (at + 1).numpy()
+    np.testing.assert_allclose(out, b.astype(np.float64) + 1, rtol=1e-6)
 
 if __name__ == "__main__":
   unittest.main()
