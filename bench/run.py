@@ -502,6 +502,7 @@ def show_xla(wname:str, n:int|None):
 
 def show_source(wname:str, n:int|None, impls:list[str]):
   import numpy as np
+  sys.path.insert(0, str(ROOT))   # this repo's tinygrad, as the workers' PYTHONPATH gives them
   from tinygrad import Tensor, vmap
   from workloads import WORKLOADS
   w = WORKLOADS[wname]

@@ -44,7 +44,9 @@ print(f"batched_score on {B} examples vs a numpy loop: {'PASS' if ok else 'FAIL'
 schedule = batched_score(xs, w).schedule()
 src = schedule[-1].lower().prg.p.src
 print(f"\nkernels in the schedule: {len(schedule)}. The C source of the last one:\n{src}")
-print("loops over the batch:", re.findall(rf"for \(int \w+ = 0; \w+ < {B}; \w+\+\+\)", src))
+# the loop over the batch is the one over `Lidx`: the CPU heuristics may take several examples per iteration as the lanes of a vector
+loops = re.findall(r"for \(int (Lidx\w*) = 0; \w+ < (\d+); \w+\+\+\)", src)
+print("loops over the batch:", [f"{name}: {n} iterations of {B // int(n)} examples" for name, n in loops])
 
 # 5. kernels run: vmap vs a Python loop over examples
 def kernels_run(fn) -> int:

@@ -31,5 +31,15 @@ class TestBenchQuick(unittest.TestCase):
     self.assertIn("skipping the jax rows: jax is not installed", p.stdout)
     self.assertRegex(p.stdout, r"\| W1 \| torch\.func\.vmap\(f\) \|.*\| skipped: torch is not installed \|")
 
+class TestBenchSource(unittest.TestCase):
+  def test_source_without_pythonpath(self):
+    # `python bench/run.py --source W3` from a fresh clone, as its help says: the kernel source of vmap and hand-batched tinygrad
+    env = {k:v for k,v in os.environ.items() if k not in ("PYTHONPATH", "DEBUG")}
+    p = subprocess.run([sys.executable, str(ROOT/"bench"/"run.py"), "--source", "W3", "--n", "100"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=240)
+    self.assertEqual(p.returncode, 0, p.stdout[-4000:] + p.stderr[-4000:])
+    self.assertIn("W3 vmap: 1 kernel(s)", p.stdout)
+    self.assertIn("W3 hand: 1 kernel(s)", p.stdout)
+
 if __name__ == "__main__":
   unittest.main()

@@ -100,6 +100,7 @@ class TestCPUMatmulTile(unittest.TestCase):
     self.assertEqual(tile(p), [(OptOps.UPCAST, cpu_tile_bytes() // 64), (OptOps.UPCAST, 8)])
 
   def test_transposed_b_keeps_generic_opts(self):
+    # not the matmul tile: B.T's N axis is strided. Its rows are contiguous along K, as A's: a row reduce (see TestCPUVectorALUs)
     p = program(Tensor.empty(64, 64) @ Tensor.empty(64, 64).T)
     self.assertIn(OptOps.UNROLL, [o.op for o in p.applied_opts])
 
@@ -222,18 +223,19 @@ print(y.sum(axis=1).tolist())"""
     np.testing.assert_equal(Tensor.full((24,), 2.5).contiguous(arg=(Opt(OptOps.UPCAST, 0, 4),)).numpy(), np.full(24, 2.5, np.float32))
 
   def test_outer_product_upcast_is_one_vector(self):
-    # pairwise distances (bench W5): the outermost axis, along which the other points are broadcast and which is unit-stride in the
-    # store, is upcast to one float8 alone (a 4x4 tile of it was float4 math split four ways by the store), and the reduce of 16 is
-    # unrolled by 4 (32 lanes)
-    p = program(pairwise(Tensor.empty(64, 16), Tensor.empty(64, 16)))
-    self.assertEqual([(o.op, o.axis, o.arg) for o in p.applied_opts], [(OptOps.UPCAST, 0, 8), (OptOps.UNROLL, 0, 4)])
+    # pairwise distances (bench W5) over points of 5 (the reduce doesn't take a 32-byte vector): the outermost axis, along which the
+    # other points are broadcast and which is unit-stride in the store, is upcast to one float8 alone (a 4x4 tile of it was float4 math
+    # split four ways by the store)
+    p = program(pairwise(Tensor.empty(64, 5), Tensor.empty(64, 5)))
+    self.assertEqual([(o.op, o.axis, o.arg) for o in p.applied_opts][0], (OptOps.UPCAST, 0, 8))
     self.assertIn(("ADD", 8), self.alus(p))
 
-  def test_outer_product_inner_axis_keeps_generic_tile(self):
-    # when the stored axis is the inner loop, its lanes would gather strided loads in that loop: the generic 4x4 tile, with the reduce
-    # unrolled by 4 instead of fully (256 lanes, the codegen time without the speed)
+  def test_pairwise_distances_read_points_as_vectors(self):
+    # points of 16 are contiguous along the reduce: 32-byte loads of each point into a vector accumulator, 4 pairs at a time, on the
+    # stored axis, whether it is the outer or the inner loop
+    self.assertEqual(tile(program(pairwise(Tensor.empty(64, 16), Tensor.empty(64, 16)))), [(OptOps.UPCAST, 4), (OptOps.UNROLL, 8)])
     p = program(((Tensor.empty(64, 1, 16) - Tensor.empty(1, 64, 16)) ** 2).sum(-1).sqrt())
-    self.assertEqual(tile(p), [(OptOps.UPCAST, 4), (OptOps.UPCAST, 4), (OptOps.UNROLL, 4)])
+    self.assertEqual([(o.op, o.axis, o.arg) for o in p.applied_opts], [(OptOps.UPCAST, 1, 4), (OptOps.UNROLL, 0, 8)])
 
   def test_matmul_keeps_its_tile(self):
     # a matmul the CPU matmul tile doesn't take (its factors are computed, not loaded) keeps the generic 4x4 tile and float4 stores:
@@ -265,13 +267,23 @@ print(y.sum(axis=1).tolist())"""
     self.assertNotEqual(tile(program(Tensor.empty(64, 8, 1) * Tensor.empty(1, 1, 8))), [(OptOps.UPCAST, 8)])
     self.assertEqual(tile(program(Tensor.empty(64, 64, dtype=dtypes.float64) + 1)), [(OptOps.UPCAST, 4)])   # 32 bytes of float64
 
-  def test_row_reduce_upcasts_a_vector(self):
-    # a row reduce (bench W1), no operand broadcast along its rows: one float8 of rows, 8 independent accumulator chains (the generic 4
-    # were latency-bound: W1's kernel 2.0 -> 1.4 ms), in float64 4; a matmul-like reduce (B broadcast along A's rows) keeps its tile
-    self.assertEqual(tile(program((Tensor.empty(1024, 64) ** 2).sum(-1))), [(OptOps.UPCAST, 8), (OptOps.UNROLL, 4)])
-    self.assertEqual(tile(program(Tensor.empty(64, 1024).sum(0))), [(OptOps.UPCAST, 8), (OptOps.UNROLL, 4)])
+  def test_row_reduce_reads_rows_as_vectors(self):
+    # a reduce along contiguous rows (bench W1, A @ B.T, a mat-vec): the row unrolled to one 32-byte load (8 float32, 4 float64), 4 rows
+    # at a time; a half sum, which accumulates in float, keeps the upcast of 16 rows. A column reduce, whose rows are strided, upcasts
+    # one float8 of columns: 8 independent accumulators
+    self.assertEqual(tile(program((Tensor.empty(1024, 64) ** 2).sum(-1))), [(OptOps.UPCAST, 4), (OptOps.UNROLL, 8)])
     self.assertEqual(tile(program(Tensor.empty(1024, 64, dtype=dtypes.float64).sum(-1))), [(OptOps.UPCAST, 4), (OptOps.UNROLL, 4)])
-    self.assertEqual(tile(program(Tensor.empty(64, 64) @ Tensor.empty(64, 64).T)), [(OptOps.UPCAST, 4), (OptOps.UPCAST, 4), (OptOps.UNROLL, 4)])
+    self.assertEqual(tile(program(Tensor.empty(1024, 64, dtype=dtypes.half).sum(-1))), [(OptOps.UPCAST, 16), (OptOps.UNROLL, 4)])
+    self.assertEqual(tile(program(Tensor.empty(64, 64) @ Tensor.empty(64, 64).T)), [(OptOps.UPCAST, 4), (OptOps.UNROLL, 8)])
+    self.assertEqual(tile(program(Tensor.empty(64, 1024).sum(0))), [(OptOps.UPCAST, 8), (OptOps.UNROLL, 4)])
+
+  def test_unrolled_reduce_accumulates_vertically(self):
+    # a loop over an unrolled reduce axis keeps an accumulator as wide as its input (4 rows x 8 = 32 lanes) and reduces the lanes once,
+    # after the loop; max is one vector select per iteration, not a select per lane
+    p = program((Tensor.empty(1024, 64) ** 2).sum(-1) + Tensor.empty(1024, 64).max(-1))
+    self.assertEqual([u.dtype.base.count for u in p.uops if u.op is Ops.DEFINE_REG], [32, 32])
+    self.assertIn(("MAX", 32), self.alus(p))
+    self.assertIn(("ADD", 32), self.alus(p))
 
   def test_reduce_of_transcendental_stays_one_vector(self):
     # a row sum of exp (softmax's denominator) upcast to 8 rows is not unrolled on top: 32 lanes of the exp decomposition, whose compares
@@ -285,17 +297,36 @@ print(y.sum(axis=1).tolist())"""
   def test_row_and_column_reduces_against_numpy(self):
     x = np.random.default_rng(14).standard_normal((2048, 64)).astype(np.float32)
     for got, want in (((Tensor(x) * Tensor(x)).sum(1) * 2 + Tensor(x).max(1), (x.astype(np.float64) ** 2).sum(1) * 2 + x.max(1)),
-                      (Tensor(x).sum(0), x.astype(np.float64).sum(0)), (Tensor(x).min(1), x.min(1))):
-      np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
+                      (Tensor(x).sum(0), x.astype(np.float64).sum(0)), (Tensor(x).min(1), x.min(1)), (Tensor(x).argmax(1), x.argmax(1)),
+                      (Tensor(x) @ Tensor(x[:40]).T, x.astype(np.float64) @ x[:40].T.astype(np.float64)), (Tensor(x).sum(), x.sum(dtype=np.float64)),
+                      (Tensor(x).cast(dtypes.half).sum(1), x.astype(np.float16).astype(np.float64).sum(1)),
+                      (Tensor((x * 10).astype(np.int32)).sum(1), (x * 10).astype(np.int32).sum(1))):
+      np.testing.assert_allclose(got.numpy(), want, rtol=1e-3 if got.dtype == dtypes.half else 1e-5, atol=1e-4 if got.dtype != dtypes.half else 0.1)
+
+  def test_byte_reduces_against_numpy(self):
+    # a reduce of uint8 takes 16 lanes, the most an upcast may: the column max upcast 32 and raised KernelOptError
+    x = (np.random.default_rng(17).random((64, 1024)) * 255).astype(np.uint8)
+    np.testing.assert_array_equal(Tensor(x).max(0).numpy(), x.max(0))
+    np.testing.assert_array_equal(Tensor(x).max(1).numpy(), x.max(1))
+    np.testing.assert_array_equal(Tensor(x.T.copy()).min(1).numpy(), x.T.min(1))
+
+  def test_max_keeps_nan_semantics(self):
+    # max as one vector select keeps the decomposition's (acc<x)?x:acc, lane by lane: a NaN is never taken (the accumulator starts at
+    # -inf), as with upstream's per-lane selects, so a row's max is numpy's nanmax
+    x = np.random.default_rng(16).standard_normal((64, 64)).astype(np.float32)
+    x[3, 5] = x[10, 0] = x[20, 63] = np.nan
+    np.testing.assert_array_equal(Tensor(x).max(1).numpy(), np.nanmax(x, 1))
 
   def test_pairwise_distances_against_numpy(self):
-    # the nested vmap of bench W5 against a numpy loop over pairs: three shapes on the float8 upcast (reduces of 16, 5 and 32) and one
-    # whose outer axis 8 doesn't divide, on the generic tile
+    # the nested vmap of bench W5 against a numpy loop over pairs: points of 16 and 32 read as vectors (4 pairs at a time, but where
+    # 4 divides neither count), points of 5 on the float8 upcast of the outer axis, and generic opts where 8 doesn't divide it
     rng = np.random.default_rng(8)
-    for n1, n2, d, wide in [(48, 64, 16, True), (40, 72, 5, True), (37, 64, 32, True), (40, 36, 16, False)]:
+    for n1, n2, d, opts in [(48, 64, 16, [(OptOps.UPCAST, 4), (OptOps.UNROLL, 8)]), (37, 64, 32, [(OptOps.UPCAST, 4), (OptOps.UNROLL, 8)]),
+                            (37, 65, 16, [(OptOps.UNROLL, 8)]), (40, 72, 5, [(OptOps.UPCAST, 8)]),
+                            (36, 44, 5, [(OptOps.UPCAST, 4), (OptOps.UNROLL, 0)])]:
       with self.subTest(shape=(n1, n2, d)):
         a, b = rng.standard_normal((n1, d)).astype(np.float32), rng.standard_normal((n2, d)).astype(np.float32)
-        self.assertEqual((OptOps.UPCAST, 8) in tile(program(pairwise(Tensor(a), Tensor(b)))), wide)
+        self.assertEqual(tile(program(pairwise(Tensor(a), Tensor(b)))), opts)
         want = np.array([[np.sqrt(((x - y) ** 2).sum()) for y in b.astype(np.float64)] for x in a.astype(np.float64)])
         np.testing.assert_allclose(pairwise(Tensor(a), Tensor(b)).numpy(), want, rtol=1e-5, atol=1e-5)
 

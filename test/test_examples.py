@@ -14,7 +14,9 @@ class TestExamples(unittest.TestCase):
   def test_quickstart(self):
     out = self.run_example("quickstart.py")
     self.assertIn("PASS", out)
-    self.assertRegex(out, r"for \(int \w+ = 0; \w+ < 1000; \w+\+\+\)")
+    # one loop over the batch, inside the kernel: its iterations times the examples each takes are the 1000 examples
+    loops = re.findall(r"(\d+) iterations of (\d+) examples", out.split("loops over the batch:")[1].splitlines()[0])
+    self.assertEqual([int(n) * int(e) for n, e in loops], [1000])
 
   def test_nearest_neighbors(self):
     out = self.run_example("nearest_neighbors.py")
