@@ -153,11 +153,17 @@ class TestCPUVectorALUs(unittest.TestCase):
 
   def test_matmul_tile_broadcasts_are_splats(self):
     # each of A's rows is splat over its 16 lanes and the splats concatenated: listed lane by lane, clang 14 loaded the strided
-    # scalars as one vector (a gather with AVX-512, 2.8x slower)
-    p = program(Tensor.empty(64, 64) @ Tensor.empty(64, 64))
-    self.assertIn("__builtin_shufflevector(__builtin_shufflevector((float16)(", p.src)
-    self.assertIn("typedef float float32 ", p.src)
-    self.assertNotIn("(float64){", p.src)
+    # scalars as one vector (a gather with AVX-512, 2.8x slower). Both ISAs' tiles (forced, not the host's): AVX2's 4 rows, AVX-512's 8.
+    # B's row (two float8 loads) is repeated per row of A as a list of its lanes, each once: no literal lists a scalar twice in a row
+    import re, tinygrad.codegen.opt.heuristic as heuristic
+    for nbytes in (256, 512):
+      with self.subTest(nbytes=nbytes), unittest.mock.patch.object(heuristic, "cpu_tile_bytes", lambda: nbytes):
+        p = program(Tensor.empty(64, 64) @ Tensor.empty(64, 64))
+        self.assertIn("__builtin_shufflevector(__builtin_shufflevector((float16)(", p.src)
+        self.assertIn(f"typedef float float{nbytes//4} ", p.src)
+        for lanes in re.findall(r"\(float\d+\)\{([^{}]*)\}", p.src):
+          lanes = [l.strip() for l in lanes.split(",")]
+          self.assertFalse(any(a == b for a, b in zip(lanes, lanes[1:])), f"a scalar listed lane by lane: {lanes[:8]}")
 
   def test_splat_runs(self):
     from tinygrad.renderer.cstyle import splat_run
