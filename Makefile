@@ -1,6 +1,8 @@
-# tinygrad-vmap: pristine upstream tinygrad 0.12.0 + patches/ (see README.md, "How the fork is kept")
+# tinygrad-vmap: pristine upstream tinygrad 0.12.0 + the topic patches of patches/series (see README.md, "How the fork is kept")
 PYTHON ?= python3
 FORK := $(PYTHON) tools/fork.py
+# SERIES=vmap: only the topics above `[vmap]` in patches/series (the fixes and the vmap features, not the CPU performance topics)
+SERIES_ARG := $(if $(SERIES),--series $(SERIES))
 PIP := $(PYTHON) -m pip install -q --disable-pip-version-check
 # bytecode for the materialized package, as pip writes it at install: where .pyc files are not written on import
 # (PYTHONDONTWRITEBYTECODE) a lazily imported module is otherwise compiled from source in the middle of a first call
@@ -8,13 +10,13 @@ BYTECODE := $(PYTHON) -m compileall -q -j 0 tinygrad
 
 .PHONY: fork patches check-patches setup setup-upstream test test-spec test-upstream upstream-baseline demo bench
 
-fork:            ## materialize pristine upstream + patches/ into tinygrad/ (FORCE=1 discards edits not exported)
-	$(FORK) fork $(if $(FORCE),--force)
+fork:            ## materialize pristine upstream + the series into tinygrad/ (SERIES=vmap: the vmap topics only; FORCE=1 discards edits not exported)
+	$(FORK) fork $(if $(FORCE),--force) $(SERIES_ARG)
 	@$(BYTECODE)
-patches:         ## export edits to upstream files under tinygrad/ into patches/
-	$(FORK) patches
-check-patches:   ## fail when tinygrad/ and pristine + patches/ disagree
-	$(FORK) check
+patches:         ## export edits under tinygrad/ into the topics whose lines they change (TOPIC=name: into that topic, or a new one)
+	$(FORK) patches $(if $(TOPIC),--topic $(TOPIC))
+check-patches:   ## fail when tinygrad/ and pristine + the series disagree, or a topic's message says TODO
+	$(FORK) check $(SERIES_ARG)
 
 setup:           ## everything `make test` needs on a fresh machine: clang, the Python test deps, the materialized fork
 	@command -v clang >/dev/null || { \
@@ -23,7 +25,7 @@ setup:           ## everything `make test` needs on a fresh machine: clang, the 
 	  else echo "clang is missing and I cannot install it (need root and apt-get): install clang, then run make again" >&2; exit 1; fi; }
 	$(if $(CI),@$(MAKE) --no-print-directory setup-viz)
 	$(PIP) $$($(FORK) deps test)
-	$(FORK) fork
+	$(FORK) fork $(SERIES_ARG)
 	@$(BYTECODE)
 .PHONY: setup-viz
 setup-viz:       ## what test/test_viz.py needs (CI's setup runs it): Debian's chromium via apt-get when root (~80 s), playwright via pip
@@ -36,7 +38,7 @@ setup-upstream: setup
 	$(PIP) $$($(FORK) deps test-upstream)
 
 VMAP_TESTS := test/test_vmap.py test/test_vmap_red.py test/test_vmap_api.py test/test_vmap_grad.py test/test_vmap_autodiff.py
-test: setup      ## the project's tests, then the vmap tests on the PYTHON device (a GPU emulator; it has no half on Python < 3.12)
+test: setup      ## the project's tests, then the vmap tests on the PYTHON device (a GPU emulator; it has no half on Python < 3.12); SERIES=vmap too
 	$(PYTHON) -m pytest test
 	env -u CPU PYTHON=1 $(PYTHON) -m pytest -q $(VMAP_TESTS) -k "not cast_half"
 test-spec: setup ## the vmap test files with SPEC=2: every UOp checked against its spec when it is created

@@ -5,6 +5,8 @@ as a shuffle (codegen/late/devectorizer.py), cos sharing sin's Payne-Hanek reduc
 running under a branch (codegen/late/cold_branch.py), clang started before it is needed (runtime/support/compiler_cpu.py) and given
 a schedule's kernels in one file (engine/realize.py). Results are checked against numpy; the kernel structure (opts, float8,
 reductions) is asserted exactly, never timed."""
+from fork_topics import skip_module_unless
+skip_module_unless('cpu-codegen', 'first-call')
 import threading, unittest, unittest.mock, inspect, math, os, signal, subprocess, sys, platform, mmap, ctypes
 import numpy as np
 from tinygrad import Tensor, Device, TinyJit, dtypes, vmap

@@ -2,6 +2,8 @@
 itself, instead of sleeping until the worker has run it; tasks still run one at a time and in submission order. A one-thread kernel
 launched on an idle device runs right away in the launching thread, one behind queued work waits its turn. Results are checked against
 numpy."""
+from fork_topics import skip_module_unless
+skip_module_unless('eager-cost')
 import unittest, unittest.mock, threading, time, sys, contextlib, ctypes
 import numpy as np
 from tinygrad import Tensor, Device, TinyJit, vmap
