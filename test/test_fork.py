@@ -20,7 +20,13 @@ class ForkCopy:
   def run(self, *args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(self.root/"tools"/"fork.py"), *args], env=self.env, capture_output=True, text=True)
   def edit(self, path=OPS, line="# an edit\n"): (f := self.root/path).write_text(f.read_text() + line)
-  def patch(self, path=OPS) -> Path: return self.root/"patches"/(path+".patch")
+  def patch(self, topic="alpha") -> Path: return self.root/"patches"/f"{topic}.patch"
+  def series(self) -> list[str]: return (self.root/"patches"/"series").read_text().split()
+  def describe(self, topic="alpha", msg="alpha: a test topic\n\nwhy it exists"):
+    """give a new topic's patch a message in place of its TODO"""
+    txt = self.patch(topic).read_text()
+    i, j = txt.index("Subject: "), txt.index("\ndiff --git ")
+    self.patch(topic).write_text(txt[:i] + "Subject: " + msg.split("\n", 1)[0] + "\n" + msg.partition("\n")[2] + "\n" + txt[j:])
 
 class TestForkTool(unittest.TestCase):
   def setUp(self):
@@ -29,6 +35,9 @@ class TestForkTool(unittest.TestCase):
     self.assertEqual(self.repo.run("fork").returncode, 0)
     self.pristine = fork.pristine(ROOT)
   def tearDown(self): self.tmp.cleanup()
+  def new_topic(self, topic="alpha", path=OPS, line="# an edit\n") -> subprocess.CompletedProcess:
+    self.repo.edit(path, line)
+    return self.repo.run("patches", "--topic", topic)
 
   def test_fork_lays_pristine_upstream(self):
     files = fork.upstream_files(self.pristine)
@@ -59,63 +68,118 @@ class TestForkTool(unittest.TestCase):
     self.assertEqual(self.repo.run("fork", "--force").returncode, 0)
     self.assertEqual((self.repo.root/OPS).read_bytes(), (self.pristine/OPS).read_bytes())
 
-  def test_patches_exports_a_git_diff(self):
+  def test_edit_of_upstream_lines_needs_a_topic(self):
     self.repo.edit()
-    self.assertEqual(self.repo.run("patches").returncode, 0)
+    r = self.repo.run("patches")
+    self.assertEqual(r.returncode, 1)
+    self.assertIn(OPS, r.stderr)
+    self.assertIn("TOPIC=", r.stderr)
+
+  def test_new_topic_is_a_format_patch_in_the_series(self):
+    self.assertEqual(self.new_topic().returncode, 0)
     txt = self.repo.patch().read_text()
+    self.assertTrue(txt.startswith("From "))
+    self.assertIn("Subject: alpha: TODO", txt)
     self.assertIn(f"diff --git a/{OPS} b/{OPS}", txt)
     self.assertIn("+# an edit", txt)
+    self.assertEqual(self.repo.series(), ["alpha"])
 
-  def test_patch_header_is_required_and_kept(self):
-    self.repo.edit()
-    self.repo.run("patches")
-    self.assertIn("header still says TODO", self.repo.run("check").stdout)
-    self.repo.patch().write_text("uop/ops.py: a test edit\n\n" + self.repo.patch().read_text().split("\n\n", 1)[1])
-    self.repo.edit(line="# a second edit\n")
-    self.repo.run("patches")
-    self.assertTrue(self.repo.patch().read_text().startswith("uop/ops.py: a test edit\n\ndiff --git"))
+  def test_topic_message_is_required_and_kept(self):
+    self.new_topic()
+    self.assertIn("alpha.patch: its message still says TODO", self.repo.run("check").stdout)
+    self.repo.describe()
+    self.assertEqual(self.repo.run("fork").returncode, 0)
+    self.assertEqual(self.repo.run("check").returncode, 0, self.repo.run("check").stdout)
+    (f := self.repo.root/OPS).write_text(f.read_text().replace("# an edit\n", "# an edit, changed\n"))
+    self.assertEqual(self.repo.run("patches").returncode, 0)
+    self.assertIn("Subject: alpha: a test topic\n\nwhy it exists", self.repo.patch().read_text())
+    self.assertIn("+# an edit, changed", self.repo.patch().read_text())
     self.assertEqual(self.repo.run("check").returncode, 0)
 
-  def test_patches_is_deterministic(self):
-    self.repo.edit()
-    self.repo.run("patches")
-    first = self.repo.patch().read_bytes()
-    self.repo.run("patches")
-    self.assertEqual(self.repo.patch().read_bytes(), first)
+  def test_edit_goes_to_the_topic_whose_lines_it_changes(self):
+    self.new_topic("alpha", OPS, "# alpha's line\n")
+    self.new_topic("beta", "tinygrad/helpers.py", "# beta's line\n")
+    (f := self.repo.root/OPS).write_text(f.read_text().replace("# alpha's line\n", "# alpha's line, fixed\n"))
+    self.assertEqual(self.repo.run("patches").returncode, 0)
+    self.assertIn("+# alpha's line, fixed", self.repo.patch("alpha").read_text())
+    self.assertNotIn(OPS, self.repo.patch("beta").read_text())
+    self.assertEqual(self.repo.series(), ["alpha", "beta"])
 
-  def test_patch_applies_on_fresh_copy(self):
-    self.repo.edit()
-    self.repo.run("patches")
+  def test_patches_is_deterministic(self):
+    self.new_topic()
+    first = self.repo.patch().read_bytes()
+    self.assertEqual(self.repo.run("patches").returncode, 0)
+    self.assertEqual(self.repo.patch().read_bytes(), first)
+    fresh = ForkCopy(Path(self.tmp.name)/"fresh")   # the same edit in another checkout exports the same bytes
+    fresh.run("fork")
+    fresh.edit()
+    fresh.run("patches", "--topic", "alpha")
+    self.assertEqual(fresh.patch().read_bytes(), first)
+
+  def test_series_applies_on_fresh_copy(self):
+    self.new_topic()
     fresh = ForkCopy(Path(self.tmp.name)/"fresh")
-    shutil.copy(self.repo.patch(), (fresh.root/"patches"/"x.patch"))
+    shutil.copy(self.repo.patch(), fresh.patch())
+    shutil.copy(self.repo.root/"patches"/"series", fresh.root/"patches"/"series")
     self.assertEqual(fresh.run("fork").returncode, 0)
     self.assertEqual((fresh.root/OPS).read_bytes(), (self.repo.root/OPS).read_bytes())
 
-  def test_reverted_edit_drops_patch(self):
-    self.repo.edit()
-    self.repo.run("patches")
+  def test_reverted_topic_leaves_the_series(self):
+    self.new_topic()
     (self.repo.root/OPS).write_bytes((self.pristine/OPS).read_bytes())
-    self.repo.run("patches")
+    self.assertEqual(self.repo.run("patches").returncode, 0)
     self.assertFalse(self.repo.patch().exists())
+    self.assertEqual(self.repo.series(), [])
+    self.assertEqual(self.repo.run("fork").returncode, 0)
+    self.assertEqual((self.repo.root/OPS).read_bytes(), (self.pristine/OPS).read_bytes())
+
+  def test_subset_series_stops_at_its_marker(self):
+    self.new_topic("alpha", OPS, "# alpha's line\n")
+    self.new_topic("beta", "tinygrad/helpers.py", "# beta's line\n")
+    (self.repo.root/"patches"/"series").write_text("# a comment\nalpha\n[small]\nbeta\n")
+    self.assertEqual(self.repo.run("fork", "--series", "small").returncode, 0)
+    self.assertTrue((self.repo.root/OPS).read_text().endswith("# alpha's line\n"))
+    self.assertEqual((self.repo.root/"tinygrad/helpers.py").read_bytes(), (self.pristine/"tinygrad/helpers.py").read_bytes())
+    self.assertEqual(fork.applied_topics(self.repo.root), ["alpha"])
+    self.assertEqual(self.repo.run("topics", "--series", "small").stdout.split(), ["alpha"])
+    # an edit on the subset goes into its topic, and the topics after it still apply on it
+    (f := self.repo.root/OPS).write_text(f.read_text() + "# more\n")
+    self.assertEqual(self.repo.run("patches").returncode, 0, self.repo.run("patches").stderr)
+    self.assertEqual(self.repo.run("fork").returncode, 0)
+    self.assertTrue((self.repo.root/OPS).read_text().endswith("# alpha's line\n# more\n"))
+    self.assertTrue((self.repo.root/"tinygrad/helpers.py").read_text().endswith("# beta's line\n"))
+    self.assertIn("no series 'large'", self.repo.run("fork", "--series", "large").stderr)
+
+  def test_series_order_is_the_order_applied(self):
+    # beta changes alpha's line: in the other order it doesn't apply, and the error names it
+    self.new_topic("alpha", OPS, "# alpha's line\n")
+    (f := self.repo.root/OPS).write_text(f.read_text().replace("# alpha's line\n", "# beta's version\n"))
+    self.assertEqual(self.repo.run("patches", "--topic", "beta").returncode, 0)
+    self.assertEqual(self.repo.series(), ["alpha", "beta"])
+    (self.repo.root/"patches"/"series").write_text("beta\nalpha\n")
+    r = self.repo.run("fork", "--force")
+    self.assertEqual(r.returncode, 1)
+    self.assertIn("patches/beta.patch does not apply on pristine upstream", r.stderr)
 
   def test_new_patch_from_pull_is_not_an_edit(self):
     # patches/ changing under a materialized tree (git pull) must re-materialize, not be mistaken for a local edit
-    self.repo.edit()
-    self.repo.run("patches")
-    patch = self.repo.patch().read_text()
+    self.new_topic()
+    patch, series = self.repo.patch().read_text(), (self.repo.root/"patches"/"series").read_text()
     self.repo.patch().unlink()
+    (self.repo.root/"patches"/"series").write_text("")
     self.assertEqual(self.repo.run("fork", "--force").returncode, 0)
-    self.repo.patch().parent.mkdir(parents=True, exist_ok=True)
     self.repo.patch().write_text(patch)
+    (self.repo.root/"patches"/"series").write_text(series)
     self.assertEqual(self.repo.run("fork").returncode, 0)
     self.assertTrue((self.repo.root/OPS).read_text().endswith("# an edit\n"))
 
-  def test_patch_that_does_not_apply_is_named(self):
-    self.repo.patch().parent.mkdir(parents=True)
-    self.repo.patch().write_text(f"bad\n\ndiff --git a/{OPS} b/{OPS}\n--- a/{OPS}\n+++ b/{OPS}\n@@ -1,1 +1,1 @@\n-no such line\n+x\n")
-    r = self.repo.run("fork")
-    self.assertEqual(r.returncode, 1)
-    self.assertIn("does not apply", r.stderr)
+  def test_series_and_patches_must_agree(self):
+    self.new_topic()
+    (self.repo.root/"patches"/"orphan.patch").write_text("x")
+    self.assertIn("patches/orphan.patch: not in patches/series", self.repo.run("check").stdout)
+    (self.repo.root/"patches"/"orphan.patch").unlink()
+    (self.repo.root/"patches"/"series").write_text("alpha\nmissing\n")
+    self.assertIn("missing.patch is missing", self.repo.run("check").stdout)
 
   def test_sha256_mismatch_is_a_hard_error(self):
     cache = Path(self.tmp.name)/"cache"
@@ -136,8 +200,15 @@ class TestRepo(unittest.TestCase):
   def test_materialized_tree_matches_patches(self):
     self.assertEqual(fork.cmd_check(ROOT), [])
 
-  def test_every_patch_has_a_header(self):
-    for p in fork.patch_files(ROOT): self.assertTrue(fork.header_of(p).strip(), p)
+  def test_every_topic_has_a_message(self):
+    for t in fork.read_series(ROOT)[0]:
+      msg = fork.message_of(fork.patch_path(ROOT, t))
+      self.assertGreater(len(msg.split("\n\n", 1)[-1].strip()), 100, f"{t}: say what it changes and why")
+
+  def test_vmap_series_leaves_out_only_the_performance_topics(self):
+    full, vmap = fork.series_topics(ROOT), fork.series_topics(ROOT, "vmap")
+    self.assertEqual(full[:len(vmap)], vmap)
+    self.assertEqual(full[len(vmap):], ["cpu-codegen", "first-call", "eager-cost"])
 
 class TestWheel(unittest.TestCase):
   def test_pip_install_into_venv(self):

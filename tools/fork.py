@@ -240,6 +240,9 @@ def cmd_patches(root:Path, topic:str|None=None) -> list[str]:
     raise
   for t, c in zip(order, git(work, "rev-list", "--reverse", "upstream..HEAD").split(), strict=True):
     patch_path(root, t).write_text(git(work, "format-patch", "-1", "-k", "--no-stat", "--no-signature", "--zero-commit", "--stdout", c))
+  if dropped := [t for t in full if t not in order]:  # reverted whole: no patch, no line in patches/series
+    for t in dropped: patch_path(root, t).unlink()
+    (sf := root/"patches"/"series").write_text("".join(l for l in sf.read_text().splitlines(keepends=True) if l.split("#", 1)[0].strip() not in dropped))
   if new := [t for t in order if t not in full]:  # a new topic goes after the materialized series' last topic, in every subset it is in
     lines = (root/"patches"/"series").read_text().splitlines(keepends=True) if (root/"patches"/"series").exists() else []
     out, seen = [], 0
@@ -265,11 +268,17 @@ def squash_edits(root:Path, work:Path, by_topic:dict[str, list[tuple[str, str]]]
                             capture_output=True, text=True, env={**os.environ, **GIT_ENV})).returncode != 0:
       git(work, "cherry-pick", "--abort", check=False)
       raise ForkError(f"the topics after {ref.removeprefix('topic/')} no longer apply on your edits:\n{r.stdout}{r.stderr}")
-  if (r := subprocess.run(["git", "rebase", "-q", "-i", "--autosquash", "--empty=keep", "upstream"], cwd=work, capture_output=True, text=True,
-                          env={**os.environ, **GIT_ENV})).returncode != 0:
+  subjects = {git(work, "log", "-1", "--format=%s", f"topic/{t}").strip():t for t in full}
+  order, cmd = full[:len(topics)] + new + full[len(topics):], ["rebase", "-q", "-i", "--autosquash", "--empty=keep", "upstream"]
+  while (r := subprocess.run(["git", *cmd], cwd=work, capture_output=True, text=True, env={**os.environ, **GIT_ENV})).returncode != 0:
+    if "would make\nit empty" in r.stdout + r.stderr:  # the edits revert a topic: it leaves the series
+      order.remove(subjects[git(work, "log", "-1", "--format=%s", "HEAD").strip()])
+      git(work, "reset", "-q", "--hard", "HEAD^")
+      cmd = ["rebase", "--continue"]
+      continue
     git(work, "rebase", "--abort", check=False)
     raise ForkError(f"squashing the edits into their topics failed (a later topic's lines conflict with them):\n{r.stdout}{r.stderr}")
-  return full[:len(topics)] + new + full[len(topics):]
+  return order
 
 # *** checking
 
