@@ -37,7 +37,7 @@ setup-viz:       ## what test/test_viz.py needs (CI's setup runs it): Debian's c
 setup-upstream: setup
 	$(PIP) $$($(FORK) deps test-upstream)
 
-VMAP_TESTS := test/test_vmap.py test/test_vmap_red.py test/test_vmap_api.py test/test_vmap_grad.py test/test_vmap_autodiff.py
+VMAP_TESTS := test/test_vmap.py test/test_vmap_realize.py test/test_vmap_api.py test/test_vmap_grad.py test/test_vmap_autodiff.py
 test: setup      ## the project's tests, then the vmap tests on the PYTHON device (a GPU emulator; it has no half on Python < 3.12); SERIES=vmap too
 	$(PYTHON) -m pytest test
 	env -u CPU PYTHON=1 $(PYTHON) -m pytest -q $(VMAP_TESTS) -k "not cast_half"

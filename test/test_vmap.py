@@ -170,7 +170,7 @@ class TestPostVmapAxis0(PostVmap, VmapTestCase): in_axis = 0
 class TestPostVmapMiddleAxis(PostVmap, VmapTestCase): in_axis = 1
 
 class TestNested(VmapTestCase):
-  """seed 003 6.7 for constructs that need no intermediate realization (reductions inside nested scopes: test_vmap_red.py)"""
+  """seed 003 6.7 for constructs that need no intermediate realization (reductions inside nested scopes: test_vmap_realize.py)"""
   def nested(self, depth:int, fn, nfn, shape:tuple[int, ...], axes:tuple[int, ...]):
     x = rand(*shape)
     self.assert_close(nest(fn, axes[:depth])(Tensor(x)).numpy(), np_nest(nfn, axes[:depth])(x))

@@ -6,7 +6,7 @@ from tinygrad import Tensor, UOp, dtypes, Device
 from tinygrad.uop.ops import AxisType
 from tinygrad.vmap import vmap_range, varg
 from vmap_oracle import VmapTestCase, rand, bracket, np_loop, nest, np_nest, nested_batch, np_softmax
-from test_vmap_red import RedTestCase, Seed001, Seed002, TG, NP, reduce_index
+from test_vmap_realize import RedTestCase, Seed001, Seed002, TG, NP, reduce_index
 
 O, L = AxisType.OUTER, AxisType.LOOP
 
