@@ -1,6 +1,6 @@
 """The CPU codegen patches the benchmarks led to (bench/analysis.md): the matmul register tile with float8 loads, taller with AVX-512
-(codegen/opt/heuristic.py, codegen/late/devectorizer.py), its broadcasts rendered as splats (renderer/cstyle.py), row and column reduces
-and elementwise stores as one 32-byte vector (heuristic.py), vector ALUs kept for clang (Renderer.vector_alus), an upcast stack's lanes
+(codegen/opt/heuristic_cpu.py, codegen/late/devectorizer.py), its broadcasts rendered as splats (renderer/cstyle.py), row and column reduces
+and elementwise stores as one 32-byte vector (heuristic_cpu.py), vector ALUs kept for clang (Renderer.vector_alus), an upcast stack's lanes
 as a shuffle (codegen/late/devectorizer.py), cos sharing sin's Payne-Hanek reduction (uop/decompositions.py) and that reduction
 running under a branch (codegen/late/cold_branch.py), clang started before it is needed (runtime/support/compiler_cpu.py) and given
 a schedule's kernels in one file (engine/realize.py). Results are checked against numpy; the kernel structure (opts, float8,
@@ -14,7 +14,7 @@ from tinygrad.codegen import get_program
 from tinygrad.codegen.opt import OptOps, Opt
 from tinygrad.helpers import Context, getenv, diskcache_get, diskcache_put
 from tinygrad.uop.ops import UOp, Ops, GroupOp, KernelInfo
-from tinygrad.codegen.opt.heuristic import quick_opts_differ, cpu_tile_bytes
+from tinygrad.codegen.opt.heuristic_cpu import quick_opts_differ, cpu_tile_bytes
 from tinygrad.engine.realize import CompiledRunner, get_runner, method_cache, quick_tier, finish_full_builds
 from tinygrad.runtime.support.compiler_cpu import ClangJITCompiler
 
@@ -57,7 +57,7 @@ class TestCPUMatmulTile(unittest.TestCase):
 
   def test_tile_rows_fill_eight_registers(self):
     # 256 bytes of accumulators with AVX2 (8 of its 16 registers), 512 with AVX-512 (8 of 32): 4 or 8 rows of 16 floats or 8 doubles
-    import tinygrad.codegen.opt.heuristic as heuristic
+    import tinygrad.codegen.opt.heuristic_cpu as heuristic
     for nbytes, rows in ((256, 4), (512, 8)):
       with self.subTest(nbytes=nbytes), unittest.mock.patch.object(heuristic, "cpu_tile_bytes", lambda: nbytes):
         self.assertEqual(tile(program(Tensor.empty(64, 64) @ Tensor.empty(64, 64))), [(OptOps.UPCAST, rows), (OptOps.UPCAST, 16)])
@@ -69,7 +69,7 @@ class TestCPUMatmulTile(unittest.TestCase):
 
   def test_quick_build_takes_the_avx2_tile(self):
     # AVX-512's 8x16 tile costs ~25 ms more codegen and clang than 4x16: a first (quick) build takes 4x16, the full build 8x16
-    import tinygrad.codegen.opt.heuristic as heuristic
+    import tinygrad.codegen.opt.heuristic_cpu as heuristic
     rng = np.random.default_rng(16)
     a, b = rng.standard_normal((40, 64)).astype(np.float32), rng.standard_normal((64, 32)).astype(np.float32)
     si = [si for si in (Tensor(a).realize() @ Tensor(b).realize()).schedule() if si.ast.op is Ops.SINK][-1]
@@ -157,7 +157,7 @@ class TestCPUVectorALUs(unittest.TestCase):
     # each of A's rows is splat over its 16 lanes and the splats concatenated: listed lane by lane, clang 14 loaded the strided
     # scalars as one vector (a gather with AVX-512, 2.8x slower). Both ISAs' tiles (forced, not the host's): AVX2's 4 rows, AVX-512's 8.
     # B's row (two float8 loads) is repeated per row of A as a list of its lanes, each once: no literal lists a scalar twice in a row
-    import re, tinygrad.codegen.opt.heuristic as heuristic
+    import re, tinygrad.codegen.opt.heuristic_cpu as heuristic
     for nbytes in (256, 512):
       with self.subTest(nbytes=nbytes), unittest.mock.patch.object(heuristic, "cpu_tile_bytes", lambda: nbytes):
         p = program(Tensor.empty(64, 64) @ Tensor.empty(64, 64))

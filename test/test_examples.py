@@ -35,17 +35,17 @@ class TestExamples(unittest.TestCase):
     self.assertTrue(out.rstrip().endswith("PASS"), out[-300:])
     # every realized node of a graph with a scope says why it is realized and which scope RANGEs its buffer gets
     out = re.sub(r"\x1b\[[0-9;]*m", "", out)
-    seed001, seed002 = [b for b in out.split("*"*26) if "Ops.VMAPOUT" in b]
-    for block in (seed001, seed002):
+    indexed_again, read_twice = [b for b in out.split("*"*26) if "Ops.VMAPOUT" in b]
+    for block in (indexed_again, read_twice):
       self.assertEqual(len(re.findall(r"^\*\*\*.*\n +why: ", block, flags=re.M)), len(re.findall(r"^\*\*\*", block, flags=re.M)), block)
-    # seed 001: the stacked pair is a reduce indexed again; its buffer gets the scope's RANGE: 3 examples x 2, not 2
-    self.assertRegex(seed001, r"Ops\.ADD .*\n +why: reduce indexed again \(expanded along r\d+ downstream\); "
-                              r"inside scope rm1 -> buffer \[rm1\]\[r\d+\] \(3x2\)")
-    self.assertRegex(seed001, r"Ops\.VMAPOUT .*\n +why: VMAPOUT of scope rm1; outside any scope -> buffer \[rm1\]\[r0\] \(3x2\)")
-    # seed 002: flat is read at two indices: multi-consumer, and its buffer holds all 10 examples
-    self.assertRegex(seed002, r"why: multi-consumer: 2 consumers index it differently \(axis 0: 0 vs 1\); "
-                              r"inside scope rm1 -> buffer \[rm1\]\[r\d+\] \(10x9\)")
-    self.assertRegex(seed002, r"Ops\.COPY .*\n +why: always \(COPY\); outside any scope -> buffer \[r\d+\] \(3\)")
+    # a stack of reduces indexed again: the stacked pair is realized; its buffer gets the scope's RANGE: 3 examples x 2, not 2
+    self.assertRegex(indexed_again, r"Ops\.ADD .*\n +why: reduce indexed again \(expanded along r\d+ downstream\); "
+                                    r"inside scope rm1 -> buffer \[rm1\]\[r\d+\] \(3x2\)")
+    self.assertRegex(indexed_again, r"Ops\.VMAPOUT .*\n +why: VMAPOUT of scope rm1; outside any scope -> buffer \[rm1\]\[r0\] \(3x2\)")
+    # a flattened stack read twice: flat is read at two indices: multi-consumer, and its buffer holds all 10 examples
+    self.assertRegex(read_twice, r"why: multi-consumer: 2 consumers index it differently \(axis 0: 0 vs 1\); "
+                                 r"inside scope rm1 -> buffer \[rm1\]\[r\d+\] \(10x9\)")
+    self.assertRegex(read_twice, r"Ops\.COPY .*\n +why: always \(COPY\); outside any scope -> buffer \[r\d+\] \(3\)")
 
 if __name__ == "__main__":
   unittest.main()

@@ -327,8 +327,9 @@ class TestVmap(JvpTestCase):
     y = Tensor.stack(xt[0]*xt[1], xt[2].sin(), xt.sum())
     jac = vmap(lambda v: jvp_tensors((y,), (xt,), (v,))[0], in_axes=1, out_axes=1)(Tensor.eye(3, dtype=dtypes.float64)).numpy()
     self.assert_close(jac, np.array([[x[1], x[0], 0], [0, 0, np.cos(x[2])], [1, 1, 1]]))
-  def test_seed000_inner_scope_jacobian(self):
-    # seed 000: an inner vmap scope, a stack of values that depend on gamma multiplied by gamma again; the Jacobian through an outer vmap
+  def test_inner_scope_stack_jacobian(self):
+    # an inner vmap scope, a stack of values that depend on gamma multiplied by gamma again; the Jacobian through an outer vmap (its
+    # gamma column once came out zero)
     z = np.array([0.3, 0.7, 1.3])   # x0, x1, gamma
     zt = T(z)
     r = UOp.range(1, -1, AxisType.LOOP)

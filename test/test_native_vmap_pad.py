@@ -1,4 +1,4 @@
-"""pad+reduce vmap (seed 003 section 7, upstream's idiom of test_outerworld.py TestVmap) against native vmap and a numpy loop.
+"""pad+reduce vmap (upstream tinygrad's idiom, its test/test_outerworld.py TestVmap) against native vmap and a numpy loop.
 
 `pad_vmap` is a test-only second implementation of vmap made of upstream ops alone: one example is the input shrunk to (r, r+1) on its
 batch axis with a RANGE r, fn runs on it, the result gets a size-1 batch axis, is padded to the batch size with r as the pad offset and
@@ -13,7 +13,7 @@ Where they part ways (CPU, float64; N examples of D numbers; TestPadLimits and T
 | elementwise, reductions, matmul with unbatched or per-example weights, multi-input, broadcast, nesting depth 2 to 5 | right | right | right |
 | softmax | RuntimeError (1) | right, 3N+1 kernels | right, 3 kernels |
 | per-example MLP relu(x@W1)@W2, W1 unbatched or per-example | RuntimeError (1) | right | right |
-| stack then index (seed 002: stack(x*c0, x*c1, x*c2).flatten(), 2 scalars re-stacked; c0..c2 three constants) | RuntimeError (1) | right | right |
+| stack then index (stack(x*c0, x*c1, x*c2).flatten(), 2 scalars re-stacked; c0..c2 three constants) | RuntimeError (1) | right | right |
 | a reduce broadcast back, x + x.sum() (x - x.mean() works), also at depth 4 | RuntimeError (1) | right | right |
 | loops of the kernel (NOOPT) of a per-example sum | N x N x D: each output loops over all N examples | N+1 kernels, N x D each | N x D, 1 kernel |
 | the same nested 2 deep, batch N1 x N2 | N1 x N2 x N1 x N2 x D | - | N2 x N1 x D |
@@ -21,9 +21,9 @@ Where they part ways (CPU, float64; N examples of D numbers; TestPadLimits and T
 | an OUTER scope nested in a LOOP scope | RuntimeError (2) | - | right (the bracket) |
 
 (1) `input to kernel must be AFTER or BUFFER, not Ops.INDEX`: what fn realizes inside the scope leaves the LOOP RANGE open at its STORE,
-seed 002's failure; upstream 0.12.0 alone fails the same way. (2) the same, `not Ops.STORE`. Seed 003 6.7 reports "known issues" of
-pad+reduce at nesting depth 4+: with LOOP scopes, depth 4 and 5 give the right answer for what works at depth 1, and what fails at depth 1
-still fails. The cost of pad+reduce is O(N^2) in the batch size, native vmap's O(N).
+the failure native vmap had on the stack-then-index row before its fix; upstream 0.12.0 alone fails the same way. (2) the same, `not
+Ops.STORE`. pad+reduce at nesting depth 4+, thought to have known issues: with LOOP scopes, depth 4 and 5 give the right answer for
+what works at depth 1, and what fails at depth 1 still fails. The cost of pad+reduce is O(N^2) in the batch size, native vmap's O(N).
 """
 import re, functools, unittest
 import numpy as np
@@ -139,7 +139,7 @@ LOOP_OPEN_AT_INDEX = r"^input to kernel must be AFTER or BUFFER, not Ops\.INDEX$
 
 def mlp(x, w1, w2): return (x @ w1).relu() @ w2
 def np_mlp(x, w1, w2): return np.maximum(x @ w1, 0) @ w2
-# seed 002: three stacked tensors, each times a constant of its own, flattened, two scalars indexed out and re-stacked
+# three stacked tensors, each times a constant of its own, flattened, two scalars indexed out and re-stacked
 def stack_index(x): return (lambda flat: Tensor.stack(flat[0], flat[5]))(Tensor.stack(*[x*Tensor(v) for v in V]).flatten())
 def np_stack_index(x): return np.stack([x*v for v in V]).flatten()[[0, 5]]
 

@@ -1,4 +1,5 @@
-"""Native VMAPIN/VMAPOUT: shape rules, the constructs of seed 003 section 6, nesting, kernel counts and bad input.
+"""Native VMAPIN/VMAPOUT: shape rules, the supported constructs (elementwise, reductions, movement, stacking, indexing, ops on a
+VMAPOUT's output), nesting, kernel counts and bad input.
 Every result is compared with a numpy loop over examples on random float64 data."""
 import unittest
 import numpy as np
@@ -69,7 +70,8 @@ class TestBasic(VmapTestCase):
     self.assert_close(bracket(lambda e: e.sum() * e[0], Tensor(x).realize()).numpy(), np_loop(lambda e: e.sum() * e[0], x))
 
 class Constructs:
-  """seed 003 tables 6.1 to 6.6, one example of per-example shape `shape`, the batch axis at `in_axis`, a RANGE of `axis_type`"""
+  """the constructs inside a scope (elementwise, reductions, movement, stacking, indexing), one example of per-example shape `shape`,
+  the batch axis at `in_axis`, a RANGE of `axis_type`"""
   in_axis, axis_type = 0, AxisType.LOOP
   def per_example(self, tfn, shape=(6,), nfn=None, batch=5, **kw):
     self.check(tfn, batched(batch, shape, self.in_axis), nfn=nfn, in_axes=self.in_axis, axis_type=self.axis_type, **kw)
@@ -77,7 +79,7 @@ class Constructs:
     """a Tensor the per-example function closes over (on the batch's device or devices)"""
     return Tensor(x)
 
-  # 6.1 elementwise, unary, ternary, cast
+  # elementwise, unary, ternary, cast
   def test_mul_unbatched(self):
     w = rand(6)
     self.per_example(lambda x: x*self.unbatched(w), nfn=lambda x: x*w)
@@ -90,7 +92,7 @@ class Constructs:
   def test_cast_half(self): self.per_example(lambda x: x.cast(dtypes.float16), nfn=lambda x: x.astype(np.float16), atol=1e-3, rtol=1e-3)
   def test_cast_int(self): self.per_example(lambda x: (x*10).cast(dtypes.int32), nfn=lambda x: (x*10).astype(np.int32))
 
-  # 6.2 reductions
+  # reductions
   def test_sum(self): self.per_example(lambda x: x.sum())
   def test_sum_axis(self): self.per_example(lambda x: x.sum(axis=0), shape=(3, 4))
   def test_mean(self): self.per_example(lambda x: x.mean())
@@ -104,7 +106,7 @@ class Constructs:
     self.per_example(lambda x: x @ self.unbatched(m), shape=(3, 4), nfn=lambda x: x @ m)
   def test_dot_self(self): self.per_example(lambda x: x.dot(x), nfn=lambda x: x @ x)
 
-  # 6.3 movement
+  # movement
   def test_reshape(self): self.per_example(lambda x: x.reshape(2, 3))
   def test_flatten(self): self.per_example(lambda x: x.flatten(), shape=(2, 3))
   def test_permute(self): self.per_example(lambda x: x.permute(1, 0), shape=(2, 3), nfn=lambda x: x.transpose(1, 0))
@@ -118,7 +120,7 @@ class Constructs:
   def test_unsqueeze(self): self.per_example(lambda x: x.unsqueeze(0), nfn=lambda x: x[None])
   def test_squeeze(self): self.per_example(lambda x: x.squeeze(0), shape=(1, 6), nfn=lambda x: x[0])
 
-  # 6.4 stacking and concatenation
+  # stacking and concatenation
   def test_stack(self): self.per_example(lambda x: Tensor.stack(x, x*2, x+1), nfn=lambda x: np.stack([x, x*2, x+1]))
   def test_stack_of_reduces(self):
     self.per_example(lambda x: Tensor.stack(x[:2].sum(), x[2:].sum()), nfn=lambda x: np.stack([x[:2].sum(), x[2:].sum()]))
@@ -126,7 +128,7 @@ class Constructs:
     w = rand(3)
     self.per_example(lambda x: Tensor.cat(x, self.unbatched(w)), nfn=lambda x: np.concatenate([x, w]))
 
-  # 6.5 indexing
+  # indexing
   def test_scalar_index(self): self.per_example(lambda x: x.flatten()[4] * 2, shape=(2, 3), nfn=lambda x: x.flatten()[4] * 2)
   def test_slice(self): self.per_example(lambda x: x[:3])
   def test_fancy_index_list(self): self.per_example(lambda x: x[[0, 3, 1]])
@@ -136,7 +138,7 @@ class Constructs:
              nfn=lambda x: np.stack([x.flatten()[0], x.flatten()[4], x.flatten()[8]]))
 
 class PostVmap:
-  """seed 003 table 6.6: ops on the output of a VMAPOUT"""
+  """ops on the output of a VMAPOUT"""
   in_axis = 0
   def post(self, after, nafter, fn=lambda e: e*e-2*e, nfn=None, shape=(3, 2), batch=4):
     x = batched(batch, shape, self.in_axis)
@@ -170,7 +172,8 @@ class TestPostVmapAxis0(PostVmap, VmapTestCase): in_axis = 0
 class TestPostVmapMiddleAxis(PostVmap, VmapTestCase): in_axis = 1
 
 class TestNested(VmapTestCase):
-  """seed 003 6.7 for constructs that need no intermediate realization (reductions inside nested scopes: test_vmap_realize.py)"""
+  """scopes nested 2 and 3 deep, with constructs that need no intermediate realization (reductions inside nested scopes:
+  test_vmap_realize.py)"""
   def nested(self, depth:int, fn, nfn, shape:tuple[int, ...], axes:tuple[int, ...]):
     x = rand(*shape)
     self.assert_close(nest(fn, axes[:depth])(Tensor(x)).numpy(), np_nest(nfn, axes[:depth])(x))
@@ -190,7 +193,7 @@ class TestNested(VmapTestCase):
                 (2, 3, 6, 4), (0, 2, 0))
 
 class TestNestedIndexing(VmapTestCase):
-  """seed 003 table 6.5 at nesting depth 5, the mapped axis moving around: per example 6 numbers, batch sizes 2 or 3 per level"""
+  """the indexing constructs at nesting depth 5, the mapped axis moving around: per example 6 numbers, batch sizes 2 or 3 per level"""
   axes = (1, 0, 2, 0, 1)
   def depth5(self, fn, nfn=None):
     x = nested_batch((6,), self.axes, (2, 3, 2, 3, 2))

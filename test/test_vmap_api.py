@@ -201,7 +201,8 @@ class TestNesting(VmapTestCase):
     self.assert_close(got, np.sqrt(((a[:, None]-b[None])**2).sum(-1)))
 
   def test_outer_vmap_around_hand_built_scope(self):
-    # seed 000: a hand-built inner scope with RANGE id -1 inside a vmap: vmap's RANGEs never alias it
+    # a hand-built inner scope with RANGE id -1 (g * stack(x*g), as in test_vmap_autodiff.py's TestInnerScopeJacobian)
+    # inside a vmap: vmap's RANGEs never alias it
     z = rand(4, 3)
     def f(z):
       r = UOp.range(1, -1, AxisType.LOOP)

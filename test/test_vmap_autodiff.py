@@ -1,6 +1,6 @@
-"""jvp, jacfwd, jacrev and hessian composed with vmap in every order, and seed 000 (a JVP under an outer vmap whose primal has an inner
-vmap and g * stack(...) of values depending on g). Oracles: numpy central differences in float64 of a numpy version of each function,
-looped over examples, and analytic derivatives."""
+"""jvp, jacfwd, jacrev and hessian composed with vmap in every order, and a JVP under an outer vmap whose primal has an inner vmap and
+g * stack(...) of values depending on g (the derivative along g once came out zero). Oracles: numpy central differences in float64 of
+a numpy version of each function, looped over examples, and analytic derivatives."""
 import unittest
 import numpy as np
 from tinygrad import Tensor, UOp, dtypes, vmap, jvp, jacfwd, jacrev, hessian
@@ -311,11 +311,12 @@ class TestKernelCounts(VmapTestCase):
         added.append(len(schedule_cache) - before)
       self.assertEqual(added[1:], [0, 0], jac.__name__)
 
-# *** seed 000: the JVP of a primal with an inner vmap and g * stack(values depending on g), under an outer vmap over basis tangents
+# *** the JVP of a primal with an inner vmap and g * stack(values depending on g), under an outer vmap over basis tangents
 
-def seed_primal(z:Tensor, n:int, reduce:bool, depth:int) -> Tensor:
-  """seed 000's output, generalized: z = [x_0 .. x_{n-1}, g]; an inner scope (hand-built, RANGE id -1 as in the seed, nested `depth`
-  deep) multiplies each x by g, and the result is g * stack(y_0 .. y_{n-1}) (or its stack of partial sums with `reduce`)"""
+def inner_scope_primal(z:Tensor, n:int, reduce:bool, depth:int) -> Tensor:
+  """the primal, generalized from 2 values, one scope and no reduce: z = [x_0 .. x_{n-1}, g]; an inner scope (hand-built with RANGE
+  id -1, nested `depth` deep) multiplies each x by g, and the result is g * stack(y_0 .. y_{n-1}) (or its stack of partial sums with
+  `reduce`)"""
   x, g = z[:n].reshape(n, *(1,)*depth), z[n:]
   rngs = [UOp.range(1, -1-d, AxisType.LOOP) for d in range(depth)]
   xv = x
@@ -326,29 +327,30 @@ def seed_primal(z:Tensor, n:int, reduce:bool, depth:int) -> Tensor:
   for r in reversed(rngs): out = out.vmapout(varg(out.ndim+1, {out.ndim: r}))
   return out.flatten()
 
-def np_seed_jacobian(z:np.ndarray, n:int, reduce:bool) -> np.ndarray:
+def np_inner_scope_jacobian(z:np.ndarray, n:int, reduce:bool) -> np.ndarray:
   """d out / d z analytically: out_i = g^2 * s_i with s_i = x_i (or the partial sum x_0 + .. + x_i)"""
   x, g = z[:n], z[n]
   A = np.tril(np.ones((n, n))) if reduce else np.eye(n)
   return np.concatenate([g*g*A, (2*g*(A @ x))[:, None]], axis=1)
 
-class TestSeed000(VmapTestCase):
+class TestInnerScopeJacobian(VmapTestCase):
   def check(self, n=2, reduce=False, depth=1):
     z_np = rand(n+1)
     z = Tensor(z_np)
-    output = seed_primal(z, n, reduce, depth)
-    want = np_seed_jacobian(z_np, n, reduce)
+    output = inner_scope_primal(z, n, reduce, depth)
+    want = np_inner_scope_jacobian(z_np, n, reduce)
     # the direct JVP, one basis direction at a time
     direct = np.stack([jvp_tensors((output,), (z,), (Tensor(e),))[0].numpy() for e in np.eye(n+1)], axis=1)
     self.assert_close(direct, want)
-    # the seed: the same JVPs under an outer vmap over the basis (the gamma column was zero)
+    # the same JVPs under an outer vmap over the basis: the case whose gamma column came out zero
     jac = vmap(lambda v: jvp_tensors((output,), (z,), (v,))[0], in_axes=1, out_axes=1)(Tensor.eye(n+1, dtype=dtypes.float64)).numpy()
     self.assert_close(jac, want)
-    self.assert_close(jacfwd(lambda z: seed_primal(z, n, reduce, depth))(z).numpy(), want)
+    self.assert_close(jacfwd(lambda z: inner_scope_primal(z, n, reduce, depth))(z).numpy(), want)
 
   def test_hand_written_tangent_primal_first(self):
-    # the tangent as an external jvp (the seed's) writes it, the primal factor first in each product: the form that lost the gamma column
-    # when a realized dg's buffer and the index reading it disagreed about their vmap RANGEs (docs/internals.md, "Seed 000")
+    # the tangent as a forward-mode jvp outside tinygrad writes it, the primal factor first in each product: the form that lost the gamma
+    # column when a realized dg's buffer and the index reading it disagreed about their vmap RANGEs (docs/internals.md, realization
+    # inside a scope)
     z_np = rand(3)
     z = Tensor(z_np).realize()
     x, g = z[:2], z[2:]
@@ -359,7 +361,7 @@ class TestSeed000(VmapTestCase):
     stack = lambda t: Tensor.stack(t[0], t[1])
     y, dy = xv*g, g*dxv + xv*dg
     dout = stack(y)*dg + g*stack(dy)
-    self.assert_close(dout.vmapout(varg(2, {1: ri})).flatten().vmapout(varg(2, {1: ro})).numpy(), np_seed_jacobian(z_np, 2, False))
+    self.assert_close(dout.vmapout(varg(2, {1: ri})).flatten().vmapout(varg(2, {1: ro})).numpy(), np_inner_scope_jacobian(z_np, 2, False))
 
   def test_minimal(self): self.check()
   def test_stack_of_3(self): self.check(n=3)

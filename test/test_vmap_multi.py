@@ -9,7 +9,7 @@ from test_vmap import Constructs
 def devices(n:int) -> tuple[str, ...]: return tuple(f"CPU:{i}" for i in range(n))
 
 def reduce_index(x, T):
-  """seed 001: a stack of reduces indexed again, realized inside the scope"""
+  """a stack of reduces indexed again, realized inside the scope"""
   return T.stack([x[:2].sum(), x[2:].sum()])[[1, 0, 1]] if T is np else Tensor.stack(x[:2].sum(), x[2:].sum())[[1, 0, 1]]
 
 class TestShardedBatch(VmapTestCase):
@@ -106,8 +106,9 @@ class TestShardedBatch(VmapTestCase):
       self.assertEqual(kernels(lambda: vmap(f)(Xn).realize()), n*one)
 
 class ConstructsSharded(Constructs):
-  """test_vmap.py's Constructs (seed 003 tables 6.1 to 6.6) through vmap on a batch sharded on its mapped axis, closed-over Tensors
-  replicated on the same devices (a Tensor on one device can't meet a sharded one, in hand-batched tinygrad either)"""
+  """test_vmap.py's Constructs (elementwise, reductions, movement, stacking, indexing) through vmap on a batch sharded on its mapped
+  axis, closed-over Tensors replicated on the same devices (a Tensor on one device can't meet a sharded one, in hand-batched tinygrad
+  either)"""
   n_dev = 2
   def per_example(self, tfn, shape=(6,), nfn=None, batch=6, **kw):
     x = batched(batch, shape, self.in_axis)

@@ -6,16 +6,16 @@ from tinygrad import Tensor, UOp, dtypes, Device
 from tinygrad.uop.ops import AxisType
 from tinygrad.vmap import vmap_range, varg
 from vmap_oracle import VmapTestCase, rand, bracket, np_loop, nest, np_nest, nested_batch, np_softmax
-from test_vmap_realize import RedTestCase, Seed001, Seed002, TG, NP, reduce_index
+from test_vmap_realize import NestedScopesCase, MultiConsumerNodes, StackFlattenPick, TG, NP, reduce_index
 
 O, L = AxisType.OUTER, AxisType.LOOP
 
-# the seed cases (reduces, realized intermediates, softmax) in nests with an OUTER scope inside another one
-class TestOuterInOuter(Seed002, Seed001, RedTestCase): axes, sizes, axis_type = (1, 0), (3, 2), (O, O)
-class TestOuterInOuterDepth3(Seed002, Seed001, RedTestCase): axes, sizes, axis_type = (2, 0, 1), (2, 3, 2), (O, O, O)
-class TestOuterOuterLoop(Seed002, Seed001, RedTestCase): axes, sizes, axis_type = (2, 0, 1), (2, 3, 2), (O, O, L)
-class TestOuterLoopOuter(Seed001, RedTestCase): axes, sizes, axis_type = (2, 0, 1), (2, 3, 2), (O, L, O)
-class TestLoopOuterOuter(Seed001, RedTestCase): axes, sizes, axis_type = (2, 0, 1), (2, 3, 2), (L, O, O)
+# test_vmap_realize.py's cases (reduces indexed again, realized intermediates, softmax) in nests with an OUTER scope inside another one
+class TestOuterInOuter(StackFlattenPick, MultiConsumerNodes, NestedScopesCase): axes, sizes, axis_type = (1, 0), (3, 2), (O, O)
+class TestOuterInOuterDepth3(StackFlattenPick, MultiConsumerNodes, NestedScopesCase): axes, sizes, axis_type = (2, 0, 1), (2, 3, 2), (O, O, O)
+class TestOuterOuterLoop(StackFlattenPick, MultiConsumerNodes, NestedScopesCase): axes, sizes, axis_type = (2, 0, 1), (2, 3, 2), (O, O, L)
+class TestOuterLoopOuter(MultiConsumerNodes, NestedScopesCase): axes, sizes, axis_type = (2, 0, 1), (2, 3, 2), (O, L, O)
+class TestLoopOuterOuter(MultiConsumerNodes, NestedScopesCase): axes, sizes, axis_type = (2, 0, 1), (2, 3, 2), (L, O, O)
 
 def f(e): return e*2 + e.sum()
 def outer2(fn, x:np.ndarray) -> Tensor: return bracket(fn, Tensor(x), axis_type=O)
@@ -82,7 +82,7 @@ class TestOuterLoops(VmapTestCase):
     self.assert_close(nest(f, (1, 0), axis_type=(O, O))(Tensor(x)).numpy(), np_nest(f, (1, 0))(x))
 
 @unittest.skipUnless(Device.DEFAULT == "CPU", "counts are for the CPU backend")
-class TestOuterInOuterLaunches(RedTestCase):
+class TestOuterInOuterLaunches(NestedScopesCase):
   """per outer index the inner scope is re-run: its zeroing, its kernels per inner index, then the outer accumulation"""
   def count(self, fn, n_outer:int, n_inner:int) -> int: return self.launches(fn, (4,), (n_outer, n_inner), axes=(1, 0), axis_type=(O, O))
 

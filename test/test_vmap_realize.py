@@ -1,5 +1,6 @@
-"""vmap scopes whose inside needs realizing: reduces and multi-consumer nodes indexed and re-stacked (seeds 001, 002 and 003 sections 5-6).
-Every result is compared with a numpy loop over examples on random float64 data; the seeds' one-hot constants are random vectors here."""
+"""vmap scopes whose inside needs realizing: reduces and multi-consumer nodes indexed and re-stacked, nested, and in OUTER scopes.
+Every result is compared with a numpy loop over examples on random float64 data; the constants the cases multiply by are random vectors,
+not one-hot ones."""
 import unittest
 from types import SimpleNamespace
 import numpy as np
@@ -18,13 +19,13 @@ def stacked3(x, L): return L.stack(*[x*L.c(v) for v in V]).flatten()
 def jvps(x, L): return L.stack(*[L.c(W) @ (2*x*L.c(t)) for t in TAN]).flatten()   # d/dx W@(x*x) along each tangent: each a reduce
 def jvps_no_reduce(x, L): return L.stack(*[3*x*x*L.c(t) for t in TAN]).flatten()  # d/dx x**3 along each tangent: diagonal
 def reduce_index(x, L): return L.stack(x[:2].sum(), x[2:].sum())[[0, 1]]
-def spjac(x, L): return pick(jvps(x, L), (0, 5, 10, 3, 7, 11), L)
+def spjac(x, L): return pick(jvps(x, L), (0, 5, 10, 3, 7, 11), L)   # a sparse Jacobian: entries picked from stacked JVPs
 
 def np_log_softmax(x):
   m = x.max(-1, keepdims=True)
   return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
 
-class RedTestCase(VmapTestCase):
+class NestedScopesCase(VmapTestCase):
   axes, sizes, axis_type = (0,), (4,), AxisType.LOOP
   def vm(self, f, shape:tuple[int, ...], nf=None):
     """f in nested scopes over self.axes (one scope by default) equals the nested numpy loop of nf (default: f on ndarrays)"""
@@ -46,8 +47,10 @@ class RedTestCase(VmapTestCase):
     x1 = Tensor(rand(*shape)).realize()
     return kernels(lambda: f(x1, TG).realize())
 
-class Seed002:
-  """seed 002: 3+ stacked tensors (or 2 stacked reduces) flattened, then several scalars indexed out and re-stacked"""
+class StackFlattenPick:
+  """3+ stacked tensors (or 2 stacked reduces) flattened, then several scalars indexed out and re-stacked: the flattened stack is
+  realized inside the scope, and when the scope's LOOP RANGE stayed open at its STORE no kernel was made of it
+  ("input to kernel must be AFTER or BUFFER, not Ops.INDEX")"""
   def test_3_stacked_multi_index(self): self.vm(lambda x, L: pick(stacked3(x, L), (0, 4, 8, 3), L), (3,))
   def test_3_stacked_2_index(self): self.vm(lambda x, L: pick(L.stack(x*L.c(V[0]), x+L.c(V[1]), x*x-L.c(V[2])).flatten(), (2, 6), L), (3,))
   def test_reduce_expand_multi_index(self):
@@ -57,8 +60,9 @@ class Seed002:
   def test_spjacobian_unroll_no_reduce(self): self.vm(lambda x, L: pick(jvps_no_reduce(x, L), (0, 4, 8, 2), L), (3,))
   def test_minimal_3_stack_2_index(self): self.vm(lambda x, L: pick(stacked3(x, L), (0, 1), L), (3,))
 
-class Seed001:
-  """seed 001: an inner node with several consumers gets realized inside the scope; its buffer must hold every example"""
+class MultiConsumerNodes:
+  """an inner node with several consumers (a stack of reduces indexed again, a matmul gathered from, a value used twice, softmax's
+  input) gets realized inside the scope; its buffer must hold every example, else every example gets the last one's values"""
   def test_reduce_index(self): self.vm(reduce_index, (4,))
   def test_no_reduce_index(self): self.vm(lambda x, L: L.stack(x[:2]*2, x[2:]-x[:2])[[1, 0]], (4,))
   def test_matmul_index(self): self.vm(lambda x, L: (x @ L.c(W2))[[2, 0, 2]], (4,))
@@ -70,26 +74,26 @@ class Seed001:
   def test_softmax(self): self.vm(lambda x, L: x.softmax(), (5,), nf=np_softmax)
   def test_log_softmax(self): self.vm(lambda x, L: x.log_softmax(), (2, 5), nf=np_log_softmax)
 
-class TestSeed002(Seed002, RedTestCase): pass
-class TestSeed001(Seed001, RedTestCase): pass
+class TestStackFlattenPick(StackFlattenPick, NestedScopesCase): pass
+class TestMultiConsumerNodes(MultiConsumerNodes, NestedScopesCase): pass
 
-class TestNestedRealizeDepth2(Seed002, Seed001, RedTestCase): axes, sizes = (1, 0), (3, 4)
-class TestNestedRealizeDepth3(Seed002, Seed001, RedTestCase): axes, sizes = (2, 0, 1), (2, 3, 4)
-class TestNestedRealizeDepth5(Seed002, Seed001, RedTestCase): axes, sizes = (1, 0, 2, 0, 1), (2, 3, 2, 2, 3)
+class TestNestedRealizeDepth2(StackFlattenPick, MultiConsumerNodes, NestedScopesCase): axes, sizes = (1, 0), (3, 4)
+class TestNestedRealizeDepth3(StackFlattenPick, MultiConsumerNodes, NestedScopesCase): axes, sizes = (2, 0, 1), (2, 3, 4)
+class TestNestedRealizeDepth5(StackFlattenPick, MultiConsumerNodes, NestedScopesCase): axes, sizes = (1, 0, 2, 0, 1), (2, 3, 2, 2, 3)
 
 @unittest.skipUnless(Device.DEFAULT == "CPU", "counts are for the CPU backend")
-class TestLaunchCounts(Seed002, RedTestCase):
+class TestLaunchCounts(StackFlattenPick, NestedScopesCase):
   """vmap runs the batch as a loop inside the kernels: the launch count doesn't depend on the batch size"""
   def vm(self, f, shape, nf=None): self.assertEqual(self.launches(f, shape, (10,), nf=nf), self.launches(f, shape, (1000,), nf=nf))
 
-  # the spjacobian pattern, the motivating case, stands for the others
+  # the sparse-Jacobian pattern (spjac), the case vmap was built for, stands for the others
   def test_same_count_as_single_example(self): self.assertEqual(self.launches(spjac, (3,), (10,)), self.single(spjac, (3,)))
   def test_numpy_after_realize_no_extra_launch(self):
     self.assertLessEqual(self.launches(spjac, (3,), (10,), how=lambda y: y.realize().numpy()), self.single(spjac, (3,)))
   def test_numpy_without_realize_no_extra_launch(self):
     self.assertLessEqual(self.launches(spjac, (3,), (10,), how=lambda y: y.numpy()), self.single(spjac, (3,)))
 
-  # nested: seed 001's reduce+index in two scopes
+  # nested: a stack of two reduces indexed again (reduce_index) in two scopes
   def test_nested_same_count_as_single_example(self):
     self.assertEqual(self.launches(reduce_index, (4,), (3, 10), axes=(1, 0)), self.single(reduce_index, (4,)))
   def test_nested_numpy_after_realize_no_extra_launch(self):
@@ -98,8 +102,8 @@ class TestLaunchCounts(Seed002, RedTestCase):
     # known defect: .numpy() straight on the outer VMAPOUT adds a copy kernel
     self.assertLessEqual(self.launches(reduce_index, (4,), (3, 10), axes=(1, 0), how=lambda y: y.numpy()), self.single(reduce_index, (4,)))
 
-class TestIntermediateBuffer(RedTestCase):
-  """seed 001: the realized Tensor.stack(x[:2].sum(), x[2:].sum()) holds every example, not 2 slots all the examples write to"""
+class TestIntermediateBuffer(NestedScopesCase):
+  """the realized Tensor.stack(x[:2].sum(), x[2:].sum()) of reduce_index holds every example, not 2 slots all the examples write to"""
   def intermediate_sizes(self, sizes:tuple[int, ...], axes:tuple[int, ...]) -> list[int]:
     x = nested_batch((4,), axes, sizes)
     X = Tensor(x).realize()
@@ -114,7 +118,7 @@ class TestIntermediateBuffer(RedTestCase):
   def test_buffer_holds_batch(self): self.assertIn(5*2, self.intermediate_sizes((5,), (0,)))
   def test_nested_buffer_holds_both_batches(self): self.assertIn(3*5*2, self.intermediate_sizes((3, 5), (1, 0)))
 
-class TestOuter(Seed002, Seed001, RedTestCase):
+class TestOuter(StackFlattenPick, MultiConsumerNodes, NestedScopesCase):
   """AxisType.OUTER runs the scope once per index, one after the other"""
   axis_type = AxisType.OUTER
 
@@ -124,8 +128,10 @@ class TestOuter(Seed002, Seed001, RedTestCase):
     self.assertNotEqual(self.launches(f, (3,), (3,), axis_type=AxisType.OUTER), self.launches(f, (3,), (6,), axis_type=AxisType.OUTER))
 
 # one OUTER scope in a depth 2 nest (OUTER scopes nested in OUTER scopes are in test_vmap_outer.py)
-class TestOuterAroundLoop(Seed002, Seed001, RedTestCase): axes, sizes, axis_type = (1, 0), (3, 2), (AxisType.OUTER, AxisType.LOOP)
-class TestLoopAroundOuter(Seed002, Seed001, RedTestCase): axes, sizes, axis_type = (1, 0), (3, 2), (AxisType.LOOP, AxisType.OUTER)
+class TestOuterAroundLoop(StackFlattenPick, MultiConsumerNodes, NestedScopesCase):
+  axes, sizes, axis_type = (1, 0), (3, 2), (AxisType.OUTER, AxisType.LOOP)
+class TestLoopAroundOuter(StackFlattenPick, MultiConsumerNodes, NestedScopesCase):
+  axes, sizes, axis_type = (1, 0), (3, 2), (AxisType.LOOP, AxisType.OUTER)
 
 if __name__ == "__main__":
   unittest.main()

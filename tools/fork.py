@@ -5,6 +5,7 @@
   fork.py patches [--topic T]          export edits under tinygrad/ into the topics they belong to, then rewrite patches/
   fork.py check [--series S]           exit 1 when tinygrad/ and pristine + the series disagree, or patches/ is malformed
   fork.py topics [--series S]          print the topics of a series, in order
+  fork.py export                       write patches/ from the work repo's commits (after rewriting topics there by hand)
   fork.py pristine                     print the directory holding pristine upstream (downloads and verifies it first)
   fork.py sdist                        print the directory of the extracted, verified upstream sdist (it holds upstream's test suite)
   fork.py deps EXTRA                   print the requirements of an optional extra in pyproject.toml
@@ -14,7 +15,8 @@ patches/series names the topic patches in the order they apply, one a line (`#` 
 PR description. Git does the work in a work repo, .cache/work: pristine upstream as its first commit (tag `upstream`), then each
 topic applied with `git am` (tag `topic/T`). `patches` turns edits into `fixup!` commits of the topic that last touched the edited
 lines (git blame), or of --topic T, squashes them with `git rebase --autosquash` and writes every topic back with `git format-patch`.
-Downloads go through pip and are checked against the pinned sha256; FORK_CACHE overrides where they are kept (default .cache/upstream).
+A change that moves code between topics is easier as a rebase by hand: `git -C .cache/work rebase -i upstream`, `edit` the topics,
+then `export`. Downloads go through pip and are checked against the pinned sha256; FORK_CACHE overrides where they are kept (default .cache/upstream).
 """
 import hashlib, io, json, os, re, shutil, subprocess, sys, tarfile, tempfile, tomllib, zipfile
 from pathlib import Path
@@ -238,8 +240,7 @@ def cmd_patches(root:Path, topic:str|None=None) -> list[str]:
   except ForkError:
     shutil.rmtree(work, ignore_errors=True)  # half way through a rebase: the next command rebuilds it from patches/
     raise
-  for t, c in zip(order, git(work, "rev-list", "--reverse", "upstream..HEAD").split(), strict=True):
-    patch_path(root, t).write_text(git(work, "format-patch", "-1", "-k", "--no-stat", "--no-signature", "--zero-commit", "--stdout", c))
+  write_patches(root, work, order)
   if dropped := [t for t in full if t not in order]:  # reverted whole: no patch, no line in patches/series
     for t in dropped: patch_path(root, t).unlink()
     (sf := root/"patches"/"series").write_text("".join(l for l in sf.read_text().splitlines(keepends=True) if l.split("#", 1)[0].strip() not in dropped))
@@ -253,6 +254,21 @@ def cmd_patches(root:Path, topic:str|None=None) -> list[str]:
     (root/"patches"/"series").write_text("".join(out + [t + "\n" for t in new]))
   cmd_fork(root, series=series)  # rebuild the work repo from patches/ and re-materialize, so the recorded state matches them
   return sorted(by_topic)
+
+def write_patches(root:Path, work:Path, order:list[str]) -> None:
+  """patches/T.patch for each commit of the work repo after `upstream`, one per topic of `order`"""
+  commits = git(work, "rev-list", "--reverse", "upstream..HEAD").split()
+  if len(commits) != len(order): raise ForkError(f"the work repo has {len(commits)} commits after upstream, but the series {len(order)} topics")
+  for t, c in zip(order, commits):
+    patch_path(root, t).write_text(git(work, "format-patch", "-1", "-k", "--no-stat", "--no-signature", "--zero-commit", "--stdout", c))
+
+def cmd_export(root:Path) -> None:
+  """patches/ from the work repo as it is (its topics rewritten by hand: `git -C .cache/work rebase -i upstream`), then materialize"""
+  work = work_dir(root)
+  if not (work/".git").exists(): raise ForkError("no work repo: run `make fork` first")
+  if git(work, "status", "--porcelain", "--untracked-files=no"): raise ForkError(f"{work} has uncommitted changes (a rebase in progress?)")
+  write_patches(root, work, read_series(root)[0])
+  cmd_fork(root, series=materialized_series(root), force=True)
 
 def squash_edits(root:Path, work:Path, by_topic:dict[str, list[tuple[str, str]]], topics:list[str], full:list[str]) -> list[str]:
   """commit each topic's edits as a fixup (a new topic as a commit) on the series' tip, replay the later topics, squash with
@@ -303,6 +319,7 @@ def main(argv:list[str]) -> int:
   sub.add_parser("patches").add_argument("--topic")
   sub.add_parser("check").add_argument("--series")
   sub.add_parser("topics").add_argument("--series")
+  sub.add_parser("export")
   for c in ("pristine", "sdist"): sub.add_parser(c)
   sub.add_parser("deps").add_argument("extra")
   a, root = ap.parse_args(argv), ROOT
@@ -314,6 +331,7 @@ def main(argv:list[str]) -> int:
     elif a.cmd == "check":
       if problems := cmd_check(root, a.series or None): print("check-patches: FAILED\n  " + "\n  ".join(problems)); return 1
       print(f"check-patches: OK ({len(series_topics(root, a.series or materialized_series(root)))} topic patches)")
+    elif a.cmd == "export": cmd_export(root); print(f"exported the work repo's {len(read_series(root)[0])} topics into patches/")
     elif a.cmd == "topics": print("\n".join(series_topics(root, a.series or FULL)))
     elif a.cmd == "pristine": print(pristine(root))
     elif a.cmd == "sdist": print(sdist(root))

@@ -1,0 +1,125 @@
+"""The CPU's kernel heuristics (hooked into hand_coded_optimizations by the cpu-codegen topic patch): a register tile for matmuls, reduces
+and stores as 32-byte vectors, transcendentals decomposed as vector math. Each rule returns whether it applied; with one applied the
+generic upcasts don't run on top. Measured in bench/ (bench/analysis.md); tested in test/test_cpu_codegen.py. QUICK_OPTS and
+quick_opts_differ are the first-call topic's: engine/realize.py builds a kernel quick without the opts that are slow to build."""
+import functools, platform, pathlib
+from tinygrad.codegen.opt import Opt, OptOps
+from tinygrad.helpers import NOOPT, ContextVar
+from tinygrad.uop.ops import UOp, Ops, GroupOp, AxisType
+from tinygrad.renderer import Renderer
+from tinygrad.codegen.opt.postrange import Scheduler
+from tinygrad.codegen.late.devectorizer import vector_decomposition
+
+def unit_stride(rng:UOp, idx:UOp) -> bool: return any(c is rng for c in idx.split_uop(Ops.ADD))
+def stored(k:Scheduler) -> list[UOp]: return [u.src[0] for u in k.ast.backward_slice if u.op is Ops.STORE]
+def sum_of_products(op:Ops, x:UOp) -> bool: return op is Ops.ADD and x.op is Ops.MUL and all(s.op is Ops.INDEX for s in x.src)
+
+@functools.cache
+def cpu_tile_bytes() -> int:
+  """the accumulators of the CPU matmul tile: 8 vector registers, 256 bytes with AVX2 (of its 16), 512 with AVX-512 (of its 32), whose
+  4x16 float32 tile was 1.5x slower than 8x16 (bench W2's first kernel, 1.08 -> 0.71 ms). clang targets this machine (-march=native)"""
+  try: return 512 if platform.machine() in ("x86_64", "AMD64") and "avx512f" in pathlib.Path("/proc/cpuinfo").read_text().split() else 256
+  except OSError: return 256
+
+def cpu_gemm_tile(k:Scheduler) -> bool:
+  """On the CPU, a matmul whose N axis is unit-stride in B gets a register tile of accumulators (cpu_tile_bytes: 8 vector registers, 8
+  FMAs in flight) along N, and no unrolled reduce, which would chain each accumulator's adds: 2-5x the generic 4x4 tile with UNROLL on AVX2."""
+  if k.ren.device != "CPU" or k.upcast_size() != 1 or len(k.reduceops) != 1 or len(k.ranges_of(AxisType.REDUCE)) != 1: return False
+  if (red:=k.reduceop) is None: return False
+  if not sum_of_products(red.arg[0], mul:=red.src[0]): return False
+  sz = max(red.dtype.itemsize, 4)
+  for a, b in (mul.src, mul.src[::-1]):
+    ia, ib = a.src[1].get_idx(), b.src[1].get_idx()
+    n = [ax for ax in k.upcastable_dims if (r:=k.rngs[ax]) not in ia.backward_slice and unit_stride(r, ib)]
+    m = [ax for ax in k.upcastable_dims if (r:=k.rngs[ax]) in ia.backward_slice and r not in ib.backward_slice]
+    if not n or not m or (n_amt:=next((x for x in (16, 8, 4) if x*sz <= 64 and k.full_shape[n[-1]] % x == 0), None)) is None: continue
+    # a quick build takes AVX2's tile: AVX-512's twice as tall one costs ~25 ms more codegen and clang (bench W2's first call)
+    tile_bytes = 256 if QUICK_OPTS else cpu_tile_bytes()
+    if (m_amt:=next((x for x in (min(8, tile_bytes//sz//n_amt), 4, 2) if k.full_shape[m[-1]] % x == 0), None)) is None: continue
+    n_rng = k.rngs[n[-1]]
+    k.apply_opt(Opt(OptOps.UPCAST, m[-1], m_amt))
+    k.apply_opt(Opt(OptOps.UPCAST, k.rngs.index(n_rng), n_amt))
+    return True
+  return False
+
+def cpu_reduce_vector(k:Scheduler, axis:int) -> int|None:
+  """With vector ALUs (clang), a reduce upcasts the first axis the generic loop picks to one 32-byte vector (float8 on AVX) and nothing
+  else, when every load varies along it (a row or a column reduce: 8 independent accumulator chains where the generic 4 were
+  latency-bound, bench W1's row reduce 2.0 -> 1.4 ms, a column sum of 1000x4096 3.7 -> 1.7), or when a load is broadcast along it (an
+  outer product of rows: pairwise distances) and it is the outermost axis and unit-stride in the store: the generic 4x4 tile of that was
+  float4 math, split four ways by its store, and twice the UOps. A matmul, broadcast along an inner axis, keeps the generic tile."""
+  if not k.ren.vector_alus or k.upcast_size() != 1 or k.reduceop is None: return None
+  rng, stores = k.rngs[axis], stored(k)
+  # a broadcast load on the outermost loop axis: the lanes' gathered loads stay out of the inner loops (the inner axis measured 1.3x
+  # slower than the 4x4 tile)
+  if not all(rng in b.src[1].get_idx().backward_slice for b in k.bufs if b not in stores) and \
+     (axis != k.upcastable_dims[0] or not stores or not all(unit_stride(rng, st.src[1].get_idx()) for st in stores)): return None
+  amt = min(16, 32 // max(b.dtype.base.itemsize for b in k.bufs))   # an upcast takes at most 16: bytes were 32, a KernelOptError
+  return amt if amt > 4 and k.full_shape[axis] % amt == 0 else None
+
+def decomposed(ast:UOp, ren:Renderer) -> list[UOp]:
+  """the transcendentals of a kernel the renderer has no code for: uop/decompositions.py builds them from ALUs"""
+  return [u for u in ast.backward_slice if u.op in GroupOp.Transcendental and u.op not in ren.code_for_op]
+
+def cpu_row_reduce(k:Scheduler) -> bool:
+  """With vector ALUs, a reduce along rows that lie contiguous in memory (every load that varies along the reduce axis is unit-stride in
+  it) unrolls that axis to one 32-byte vector and upcasts an output axis by 4: each row is read in 32-byte loads into a vector
+  accumulator of its own (the devectorizer reduces its lanes after the loop), four rows at a time. Upcasting 8 rows instead (one float8
+  of accumulators, whose lanes are 8 rows: strided scalar loads) took 2x as long on bench W1's row sum and max. Not with decomposed
+  transcendentals in the reduce (their compares are per lane: see lanes below)"""
+  if not k.ren.vector_alus or k.upcast_size() != 1 or k.reduceop is None or not k.unrollable_dims: return False
+  if decomposed(k.ast, k.ren): return False
+  # loads as wide as the accumulator: a half sum accumulates in float, and its 8 halves a step ran slower than the 16 rows upcast below
+  if any(b.dtype.base.itemsize != k.reduceop.dtype.itemsize for b in k.bufs): return False
+  amt = min(16, 32 // k.reduceop.dtype.itemsize)   # bytes: 16 lanes, 4 rows (32 took 2.5x the codegen)
+  def contiguous(rng:UOp) -> bool:
+    return all(unit_stride(rng, idx) for b in k.bufs if rng in (idx:=b.src[1].get_idx()).backward_slice)
+  if not (rows:=[ax for ax in k.unrollable_dims if k.full_shape[ax] % amt == 0 and contiguous(k.rngs[ax])]): return False
+  out = [ax for ax in k.upcastable_dims if k.full_shape[ax] % 4 == 0]
+  unit = [ax for ax in out if all(unit_stride(k.rngs[ax], st.src[1].get_idx()) for st in stored(k))]
+  rngs = [k.rngs[ax] for ax in rows]
+  if out: k.apply_opt(Opt(OptOps.UPCAST, (unit or out)[-1], 4))
+  for r in rngs: k.apply_opt(Opt(OptOps.UNROLL, k.unrollable_dims.index(k.rngs.index(r)), amt))
+  return True
+
+QUICK_OPTS = ContextVar("QUICK_OPTS", 0)  # a quick build (engine/realize.py's first tier) leaves out the opts that are slow to build
+
+def vector_transcendentals(ast:UOp, ren:Renderer) -> list[UOp]:
+  """the decomposed transcendentals of an elementwise kernel that a vector upcast makes SIMD (with vector ALUs)"""
+  if not ren.vector_alus or any(u.op is Ops.REDUCE for u in ast.backward_slice): return []
+  return [u for u in decomposed(ast, ren) if vector_decomposition(u)]
+
+def quick_opts_differ(ast:UOp, ren:Renderer) -> bool:
+  """whether a quick build (QUICK_OPTS) of the kernel ast may lack an opt of its full build: the heuristics run and upcast transcendentals,
+  or may take the CPU matmul tile (a sum of products of two loads) where it is taller than the quick build's"""
+  heuristics = not NOOPT and (ast.arg is None or (ast.arg.opts_to_apply is None and ast.arg.applied_opts == ()))
+  matmul = any(u.op is Ops.REDUCE and sum_of_products(u.arg, u.src[0]) for u in ast.backward_slice)
+  return heuristics and (len(vector_transcendentals(ast, ren)) > 0 or (ren.device == "CPU" and cpu_tile_bytes() > 256 and matmul))
+
+def cpu_transcendental_upcast(k:Scheduler) -> bool:
+  """An elementwise kernel whose sin/exp2/log2 are decomposed (no code for them) upcasts an axis they vary along to one 32-byte vector:
+  the decomposition runs as vector ops, its rare branch (Payne-Hanek) taken when any lane needs it. A vmap's batch axis is such an
+  axis, its examples the lanes (bench W4's Jacobian kernel 1.3 -> 0.7 ms). Its codegen and clang take ~3x as long: not in a quick build"""
+  if QUICK_OPTS or not (ops:=vector_transcendentals(k.ast, k.ren)): return False
+  amt = 32 // max(u.dtype.itemsize for u in ops)
+  axes = [ax for ax in k.upcastable_dims if k.full_shape[ax] % amt == 0 and any(k.rngs[ax] in u.backward_slice for u in ops)]
+  if not axes: return False
+  # of those, the one the store is unit-stride along (vector stores), else the outermost
+  unit = [ax for ax in axes if all(unit_stride(k.rngs[ax], st.src[1].get_idx()) for st in stored(k))]
+  k.apply_opt(Opt(OptOps.UPCAST, unit[-1] if unit else axes[0], amt))
+  return True
+
+def cpu_store_upcast(k:Scheduler) -> bool:
+  """With vector ALUs, an elementwise kernel whose loads are unit-stride or broadcast along the store's unit-stride axis upcasts only
+  that axis, to one 32-byte vector: each row of the output is written front to back. The generic 4x4 tile writes four rows at once in
+  16-byte pieces, which costs most when the output is not in cache (bench W6's per-example outer product: 1.26 -> 0.63 ms)"""
+  # a kernel with decomposed transcendentals is cpu_transcendental_upcast's (a quick build leaves them scalar: cheaper to build)
+  if not k.ren.vector_alus or k.reduceop is not None or k.upcast_size() != 1 or vector_transcendentals(k.ast, k.ren): return False
+  stores, unit = stored(k), lambda ax, b: unit_stride(k.rngs[ax], b.src[1].get_idx())
+  if not stores or not (axes:=[ax for ax in k.upcastable_dims if all(unit(ax, st) for st in stores)]): return False
+  axis, amt = axes[-1], min(16, 32 // max(b.dtype.base.itemsize for b in k.bufs))
+  # a row of one vector keeps the tile (it writes adjacent rows, ran faster), and so does a load that gathers along the axis (a transpose)
+  if k.full_shape[axis] % amt or k.full_shape[axis] == amt: return False
+  if any(k.rngs[axis] in b.src[1].get_idx().backward_slice and not unit(axis, b) for b in k.bufs): return False
+  k.apply_opt(Opt(OptOps.UPCAST, axis, amt))
+  return True
