@@ -1,12 +1,14 @@
-"""Seeds 001 and 002: a node realized inside a vmap scope must keep the batch axis. DEBUG_RANGEIFY=1 shows which ones and why.
+"""A node realized inside a vmap scope must keep the batch axis: a stack of reduces indexed again, and a flattened stack read at two
+indices. DEBUG_RANGEIFY=1 shows which nodes are realized and why.
 
   CPU=1 DEBUG_RANGEIFY=1 PYTHONPATH=. python examples/debug_rangeify.py
 
 Both functions make the scheduler realize a node between VMAPIN and VMAPOUT into a buffer of its own (the `***` lines of
 DEBUG_RANGEIFY=1's output). In a graph with a vmap scope every `***` line is followed by a `why:` line: why the node is realized, and
 the buffer it becomes, the scope RANGEs first (`inside scope rm1 -> buffer [rm1][r2] (3x2)`). That buffer must hold every example;
-with one example's worth, every example gets the last one's values (seed 001) or the scope's RANGE is still open at the store and
-no kernel is made of it (seed 002). Each case is checked against a numpy loop; the last line is PASS or FAIL.
+with one example's worth, every example gets the last one's values (the reduces indexed again) or the scope's RANGE is still open
+at the store and no kernel is made of it (the flattened stack read twice). Each case is checked against a numpy loop; the last line
+is PASS or FAIL.
 """
 import sys
 import numpy as np
@@ -14,10 +16,10 @@ from tinygrad import Tensor
 from tinygrad.engine.realize import run_schedule
 from tinygrad.vmap import vmap_range, varg
 
-def seed001(x:Tensor) -> Tensor:   # one example: x of shape (4,). the stacked pair is a reduce indexed again: "reduce indexed again"
+def reduces_indexed_again(x:Tensor) -> Tensor:   # one example: x of shape (4,). the stacked pair is indexed again: "reduce indexed again"
   return Tensor.stack(x[:2].sum(), x[2:].sum())[[0, 1]]
 
-def seed002(x:Tensor) -> Tensor:   # one example: x of shape (3,). flat is read at two indices: "multi-consumer"
+def stack_read_twice(x:Tensor) -> Tensor:        # one example: x of shape (3,). flat is read at two indices: "multi-consumer"
   v0, v1, v2 = Tensor([1.0, 0.0, 0.0]), Tensor([0.0, 1.0, 0.0]), Tensor([0.0, 0.0, 1.0])
   flat = Tensor.stack(x * v0, x * v1, x * v2).flatten()
   return Tensor.stack(flat[0], flat[1])
@@ -39,11 +41,12 @@ def run(name:str, f, f_np, X:np.ndarray, axis:int) -> bool:
 
 rng = np.random.default_rng(1)
 # the same functions in numpy, for one example
-def seed001_np(x:np.ndarray) -> np.ndarray: return np.stack([x[:2].sum(), x[2:].sum()])[[0, 1]]
-def seed002_np(x:np.ndarray) -> np.ndarray: return np.stack([x * [1, 0, 0], x * [0, 1, 0], x * [0, 0, 1]]).flatten()[[0, 1]]
+def reduces_indexed_again_np(x:np.ndarray) -> np.ndarray: return np.stack([x[:2].sum(), x[2:].sum()])[[0, 1]]
+def stack_read_twice_np(x:np.ndarray) -> np.ndarray: return np.stack([x * [1, 0, 0], x * [0, 1, 0], x * [0, 0, 1]]).flatten()[[0, 1]]
 
 rng = np.random.default_rng(1)
-ok = run("seed 001", seed001, seed001_np, rng.standard_normal((4, 3)), axis=1)   # the batch is axis 1: 3 examples of 4 numbers
-ok &= run("seed 002", seed002, seed002_np, rng.standard_normal((10, 3)), axis=0)
+# the batch is axis 1: 3 examples of 4 numbers
+ok = run("reduces indexed again", reduces_indexed_again, reduces_indexed_again_np, rng.standard_normal((4, 3)), axis=1)
+ok &= run("flattened stack read twice", stack_read_twice, stack_read_twice_np, rng.standard_normal((10, 3)), axis=0)
 print("PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)

@@ -15,7 +15,8 @@ from tinygrad.codegen.opt import OptOps, Opt
 from tinygrad.helpers import Context, getenv, diskcache_get, diskcache_put
 from tinygrad.uop.ops import UOp, Ops, GroupOp, KernelInfo
 from tinygrad.codegen.opt.heuristic_cpu import quick_opts_differ, cpu_tile_bytes
-from tinygrad.engine.realize import CompiledRunner, get_runner, method_cache, quick_tier, finish_full_builds
+from tinygrad.engine.realize import CompiledRunner, get_runner, method_cache
+from tinygrad.engine.tiered import quick_tier, finish_full_builds
 from tinygrad.runtime.support.compiler_cpu import ClangJITCompiler
 
 def pairwise_dist(p:Tensor, q:Tensor) -> Tensor: return ((p - q) ** 2).sum().sqrt()  # bench W5's per-pair function
@@ -595,7 +596,7 @@ class TestClangSpare(unittest.TestCase):
 
 @unittest.skipUnless(Device.DEFAULT == "CPU" and sys.platform == "linux" and platform.machine() == "x86_64", "the clang JIT compiler on x86-64")
 class TestClangOneCallPerSchedule(unittest.TestCase):
-  """the kernels a schedule has not compiled yet go to clang as one file (engine/realize.py compile_together): its startup is paid once"""
+  """the kernels a schedule has not compiled yet go to clang as one file (engine/tiered.py compile_together): its startup is paid once"""
   def clang_calls(self, fn) -> int:
     """clang runs on the calling thread while fn runs (not the background -O2 rebuilds a kernel's second run starts, engine/realize.py)"""
     threads, clang = [], ClangJITCompiler._clang
