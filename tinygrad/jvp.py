@@ -8,20 +8,20 @@ from __future__ import annotations
 import contextlib, math
 from typing import Any, Callable, Sequence
 from tinygrad.dtype import dtypes
-from tinygrad.uop.ops import UOp, PatternMatcher, UPat, Ops, GroupOp
+from tinygrad.uop.ops import UOp, Ops, GroupOp
 from tinygrad.gradient import prod_of_others
 from tinygrad.tensor import Tensor
-import tinygrad.tensor
-from tinygrad.vmap import _leaves, _unflatten
+from tinygrad.transform_state import TRANSFORMS
+from tinygrad.pytree import tree_leaves, tree_leaves_as, tree_unflatten, tree_map_skip_none, tree_structure, same_structure
 
 # a zero tangent is None: rules skip the terms it would give, so the parts of a graph the inputs don't reach build no tangent graph
-def _add(*ts:UOp|None) -> UOp|None:
+def _add_tangents(*ts:UOp|None) -> UOp|None:
+  """the sum of the nonzero tangents of ts (None: all are zero)"""
   return None if not (nz:=[t for t in ts if t is not None]) else nz[0] if len(nz) == 1 else sum(nz[1:], nz[0])
-def _mul(t:UOp|None, f:UOp) -> UOp|None: return None if t is None else t * f
-def _zero(t:UOp|None, like:UOp) -> UOp: return like.const_like(0) if t is None else t
-def _same(ret:UOp, t:UOp|None) -> UOp|None:
-  """ret's op with ret's arg and other srcs, applied to the tangent t of its src[0] (movement ops, the vmap bracket, contiguous, copy)"""
-  return None if t is None else UOp(ret.op, t.dtype, (t,)+ret.src[1:], ret.arg)
+def _scale_tangent(t:UOp|None, f:UOp) -> UOp|None: return None if t is None else t * f
+def _instantiate_zeros(t:UOp|None, like:UOp) -> UOp:
+  """t, or for a zero tangent, zeros like `like` (JAX's instantiate_zeros): for ops that need both tangents"""
+  return like.const_like(0) if t is None else t
 
 def _no_tangent(op:Ops, why:str): raise NotImplementedError(f"no tangent for {op}: {why}")
 
@@ -37,55 +37,63 @@ def reduce_tangent(t:UOp, ret:UOp, op:Ops, red:Callable[..., UOp]) -> UOp:
   if op is Ops.MUL: return red(t * prod_of_others(x, lambda u, op: like_x(red(u, op))))
   _no_tangent(ret.op, f"reduce {op} is not differentiable")
 
-# ctx is the tuple of the tangents of ret's srcs (None: zero); a rule is only called when one of them is nonzero and returns ret's tangent
-pm_tangent = PatternMatcher([
-  # piecewise constant or integer/bool valued: zero tangent
-  (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.THREEFRY, Ops.TRUNC)), lambda: None),
-  (UPat(Ops.DETACH), lambda: None),
-  (UPat(Ops.CAST, name="ret"), lambda ctx, ret: ctx[0].cast(ret.dtype) if dtypes.is_float(ret.dtype) else None),
-  (UPat(Ops.BITCAST, name="ret"), lambda ret: _no_tangent(ret.op, "reinterpreting the bits of a value with a nonzero tangent is not differentiable")),
-  (UPat(Ops.NEG), lambda ctx: -ctx[0]),
-  (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: -ctx[0] * ret * ret),
-  (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: ctx[0] / (ret*2)),
-  (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: ctx[0] * ret * math.log(2)),
-  (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: ctx[0] / (ret.src[0] * math.log(2))),
-  (UPat(Ops.SIN, name="ret"), lambda ctx, ret: ctx[0] * (math.pi/2 - ret.src[0]).sin()),
-  (UPat(Ops.ADD), lambda ctx: _add(*ctx)),
-  (UPat(Ops.SUB), lambda ctx: _add(ctx[0], None if ctx[1] is None else -ctx[1])),
-  (UPat(Ops.MUL, src=(UPat.var("x"), UPat.var("y"))), lambda ctx, x, y: _add(_mul(ctx[0], y), _mul(ctx[1], x))),
-  (UPat(Ops.FDIV, name="ret", src=(UPat.var("x"), UPat.var("y"))), lambda ctx, ret, x, y: _add(ctx[0], _mul(ctx[1], -ret)) / y),
+# *** the tangent rules, one per op (JAX's primitive_jvps): rule(ctx, ret) is the tangent of the node ret from ctx, the tangents of its
+# srcs (None: zero). A rule is only called when one of them is nonzero ***
+
+# piecewise constant or integer/bool valued ops
+def _zero_jvp(ctx, ret): return None
+# linear and structural ops: the same op, with ret's arg and other srcs, on the tangent. VMAPIN/VMAPOUT keep their vargs: the tangent of
+# a value inside a scope is inside the same scope
+def _linear_jvp(ctx, ret): return None if ctx[0] is None else UOp(ret.op, ctx[0].dtype, (ctx[0],)+ret.src[1:], ret.arg)
+def _cast_jvp(ctx, ret): return ctx[0].cast(ret.dtype) if dtypes.is_float(ret.dtype) else None
+def _bitcast_jvp(ctx, ret): _no_tangent(ret.op, "reinterpreting the bits of a value with a nonzero tangent is not differentiable")
+def _neg_jvp(ctx, ret): return -ctx[0]
+def _reciprocal_jvp(ctx, ret): return -ctx[0] * ret * ret
+def _sqrt_jvp(ctx, ret): return ctx[0] / (ret*2)
+def _exp2_jvp(ctx, ret): return ctx[0] * ret * math.log(2)
+def _log2_jvp(ctx, ret): return ctx[0] / (ret.src[0] * math.log(2))
+def _sin_jvp(ctx, ret): return ctx[0] * (math.pi/2 - ret.src[0]).sin()
+def _add_jvp(ctx, ret): return _add_tangents(*ctx)
+def _sub_jvp(ctx, ret): return _add_tangents(ctx[0], None if ctx[1] is None else -ctx[1])
+def _mul_jvp(ctx, ret): return _add_tangents(_scale_tangent(ctx[0], ret.src[1]), _scale_tangent(ctx[1], ret.src[0]))
+def _fdiv_jvp(ctx, ret): return _add_tangents(ctx[0], _scale_tangent(ctx[1], -ret)) / ret.src[1]
+def _max_jvp(ctx, ret):
   # the same split on ties as gradient.py
-  (UPat(Ops.MAX, name="ret", src=(UPat.var("x"), UPat.var("y"))), lambda ctx, ret, x, y:
-    (x > y).where(_zero(ctx[0], ret), (x < y).where(_zero(ctx[1], ret), (_zero(ctx[0], ret) + _zero(ctx[1], ret)) * 0.5))),
+  (x, y), (tx, ty) = ret.src, (_instantiate_zeros(t, ret) for t in ctx)
+  return (x > y).where(tx, (x < y).where(ty, (tx + ty) * 0.5))
+def _pow_jvp(ctx, ret):
   # the partial derivatives of gradient.py, including its choices at b == 0
-  (UPat(Ops.POW, name="ret", src=(UPat.var("b"), UPat.var("e"))), lambda ctx, ret, b, e: _add(
-    None if ctx[0] is None else ctx[0] * (b.eq(0)&e.eq(0)).where(e, e*b.pow(e-1)),
-    None if ctx[1] is None else ctx[1] * b.eq(0).where((e<0).where(ret.const_like(-math.inf), 0), ret*b.log2()*math.log(2.0)))),
+  b, e = ret.src
+  return _add_tangents(None if ctx[0] is None else ctx[0] * (b.eq(0)&e.eq(0)).where(e, e*b.pow(e-1)),
+    None if ctx[1] is None else ctx[1] * b.eq(0).where((e<0).where(ret.const_like(-math.inf), 0), ret*b.log2()*math.log(2.0)))
+def _where_jvp(ctx, ret):
   # the condition has no tangent: select the tangents with it
-  (UPat(Ops.WHERE, name="ret"), lambda ctx, ret: None if ctx[1] is None and ctx[2] is None else \
-    ret.src[0].where(_zero(ctx[1], ret), _zero(ctx[2], ret))),
-  (UPat(Ops.REDUCE_AXIS, name="ret"), lambda ctx, ret: reduce_tangent(ctx[0], ret, ret.arg[0], lambda u, op=Ops.ADD: u.r(op, ret.arg[1]))),
-  # REDUCE over RANGEs: what compute_gradient sums a per-example gradient with at the end of a vmap scope
-  (UPat(Ops.REDUCE, name="ret"), lambda ctx, ret: reduce_tangent(ctx[0], ret, ret.arg, lambda u, op=Ops.ADD: u.reduce(*ret.src[1:], arg=op))),
-  # linear and structural ops: the same op on the tangent. VMAPIN/VMAPOUT keep their vargs: the tangent of a value inside a scope is
-  # inside the same scope
-  (UPat(GroupOp.Movement, name="ret"), lambda ctx, ret: _same(ret, ctx[0])),
-  (UPat(GroupOp.VMap, name="ret"), lambda ctx, ret: _same(ret, ctx[0])),
-  (UPat((Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD), name="ret"), lambda ctx, ret: _same(ret, ctx[0])),
-  (UPat(Ops.COPY, name="ret"), lambda ctx, ret: _same(ret, ctx[0])),
-  # an assign is its value (clone, `+=` on a Tensor made in fn): the target's old tangent is overwritten with the value's
-  (UPat(Ops.ASSIGN), lambda ctx: ctx[1]),
-  (UPat(Ops.MULTI, name="ret"), lambda ctx, ret: UOp(Ops.MULTI, ret.dtype, tuple(_zero(t, s) for t,s in zip(ctx, ret.src)), ret.arg)),
-])
-# every rule matches on the op alone, one rule per op: tangent_of calls it directly (see there)
-assert all(len(v) == 1 for v in pm_tangent.pdict.values()), "pm_tangent needs exactly one rule per op"
+  if ctx[1] is None and ctx[2] is None: return None
+  return ret.src[0].where(_instantiate_zeros(ctx[1], ret), _instantiate_zeros(ctx[2], ret))
+def _reduce_axis_jvp(ctx, ret): return reduce_tangent(ctx[0], ret, ret.arg[0], lambda u, op=Ops.ADD: u.r(op, ret.arg[1]))
+# REDUCE over RANGEs: what compute_gradient sums a per-example gradient with at the end of a vmap scope
+def _reduce_jvp(ctx, ret): return reduce_tangent(ctx[0], ret, ret.arg, lambda u, op=Ops.ADD: u.reduce(*ret.src[1:], arg=op))
+# an assign is its value (clone, `+=` on a Tensor made in fn): the target's old tangent is overwritten with the value's
+def _assign_jvp(ctx, ret): return ctx[1]
+def _multi_jvp(ctx, ret): return UOp(Ops.MULTI, ret.dtype, tuple(_instantiate_zeros(t, s) for t,s in zip(ctx, ret.src)), ret.arg)
+
+# the table, as JAX's primitive_jvps: the tangent rule of each op
+primitive_jvps: dict[Ops, Callable[[tuple[UOp|None, ...], UOp], UOp|None]] = {
+  **dict.fromkeys((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.THREEFRY, Ops.TRUNC,
+                   Ops.DETACH), _zero_jvp),
+  **dict.fromkeys((*GroupOp.Movement, *GroupOp.VMap, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY), _linear_jvp),
+  Ops.CAST: _cast_jvp, Ops.BITCAST: _bitcast_jvp,
+  Ops.NEG: _neg_jvp, Ops.RECIPROCAL: _reciprocal_jvp, Ops.SQRT: _sqrt_jvp, Ops.EXP2: _exp2_jvp, Ops.LOG2: _log2_jvp, Ops.SIN: _sin_jvp,
+  Ops.ADD: _add_jvp, Ops.SUB: _sub_jvp, Ops.MUL: _mul_jvp, Ops.FDIV: _fdiv_jvp, Ops.MAX: _max_jvp, Ops.POW: _pow_jvp, Ops.WHERE: _where_jvp,
+  Ops.REDUCE_AXIS: _reduce_axis_jvp, Ops.REDUCE: _reduce_jvp,
+  Ops.ASSIGN: _assign_jvp, Ops.MULTI: _multi_jvp,
+}
 
 def tangent_of(u:UOp, src_tangents:tuple[UOp|None, ...]) -> UOp|None:
-  """the tangent of u from those of its srcs (None: zero), by u's rule in pm_tangent"""
-  # not pm_tangent.rewrite: that reads None (a zero tangent) and a tangent that is u itself (jvp(f, (x,), (x,))) as "no rule matched"
-  if (rules:=pm_tangent.pdict.get(u.op)) is None:
+  """the tangent of u from those of its srcs (None: zero), by u's rule in primitive_jvps"""
+  if (rule:=primitive_jvps.get(u.op)) is None:
     raise NotImplementedError(f"no tangent rule for {u.op}: it depends on an input with a nonzero tangent\n\nin {str(u)[:1000]}...")
-  return rules[0][1](u, src_tangents)
+  return rule(src_tangents, u)
 
 def jvp_uops(outputs:list[UOp], inputs:list[UOp], tangents:list[UOp|None]) -> list[UOp]:
   """
@@ -97,26 +105,17 @@ def jvp_uops(outputs:list[UOp], inputs:list[UOp], tangents:list[UOp|None]) -> li
   seeds: dict[UOp, UOp] = {}
   for x,t in zip(inputs, tangents):
     if t is not None: seeds[x] = seeds[x] + t if x in seeds else t
-  tans: dict[UOp, UOp|None] = dict(seeds)
+  tangent: dict[UOp, UOp|None] = dict(seeds)
   # forward in topological order: a node has a tangent when one of its srcs has one, the rest of the graph is skipped
   for u in UOp.sink(*outputs).toposort(lambda u: u not in seeds):
-    st = tuple(tans.get(s) for s in u.src)
-    if u.op is not Ops.SINK and any(t is not None for t in st): tans[u] = tangent_of(u, st)
-  return [o.const_like(0) if (t:=tans.get(o)) is None else t for o in outputs]
+    src_tangents = tuple(tangent.get(s) for s in u.src)
+    if u.op is not Ops.SINK and any(t is not None for t in src_tangents): tangent[u] = tangent_of(u, src_tangents)
+  return [o.const_like(0) if (t:=tangent.get(o)) is None else t for o in outputs]
 
 # *** Tensors ***
 
-def _structure(tree) -> str:
-  return type(tree).__name__ + ("{" + ", ".join(f"{k!r}: {_structure(v)}" for k,v in tree.items()) + "}" if isinstance(tree, dict) else
-                                "(" + ", ".join(_structure(v) for v in tree) + ")" if isinstance(tree, (tuple, list)) else "")
-def _same_structure(a, b) -> bool:
-  if isinstance(a, dict) or isinstance(b, dict):
-    return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(_same_structure(a[k], b[k]) for k in a)
-  if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
-    return isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b) and all(map(_same_structure, a, b))
-  return b is None or not isinstance(b, (tuple, list, dict))
-
-def _check(primals:Sequence[Tensor], tangents:Sequence[Tensor|None], what:str):
+def _check_tangents(primals:Sequence[Tensor], tangents:Sequence[Tensor|None], what:str):
+  """a tangent (or None, zero) for every primal, a Tensor like its primal, which is a float Tensor"""
   if len(primals) != len(tangents): raise ValueError(f"{what} got {len(primals)} primals but {len(tangents)} tangents")
   for i,(x,t) in enumerate(zip(primals, tangents)):
     if not isinstance(x, Tensor): raise TypeError(f"{what} primal {i} must be a Tensor, got {type(x).__name__}")
@@ -139,7 +138,7 @@ def jvp_tensors(outputs:Sequence[Tensor], inputs:Sequence[Tensor], tangents:Sequ
   print(jvp_tensors((y,), (x,), (Tensor([1.0, 0.0, 0.0]),))[0].item())  # dy/dx0 = 2*x0
   ```
   """
-  _check(inputs, tangents, "jvp")
+  _check_tangents(inputs, tangents, "jvp")
   ts = jvp_uops([o.uop for o in outputs], [x.uop for x in inputs], [None if t is None else t.uop for t in tangents])
   return [Tensor(t, device=o.device) for o,t in zip(outputs, ts)]
 
@@ -151,14 +150,14 @@ def fresh_copy(x:Tensor) -> Tensor:
 
 @contextlib.contextmanager
 def tracing(copies:list[Tensor]):
-  """while fn runs on fresh copies: a Tensor computed from one is traced (tinygrad.tensor.tracers), realize leaves it lazy and setitem
+  """while fn runs on fresh copies: a Tensor computed from one is traced (TRANSFORMS.tracers), realize leaves it lazy and setitem
   into it is functional, so fn's `.realize()` or `y[i] = v` doesn't cut its outputs from the arguments"""
   # each copy's unique 1: the last unique CONST of its graph (x * one: one's srcs come after all of x's)
   ones = {[u for u in c.uop.toposort() if u.op is Ops.CONST and any(s.op is Ops.UNIQUE for s in u.src)][-1] for c in copies}
-  ones -= tinygrad.tensor.tracers
-  tinygrad.tensor.tracers |= ones
+  ones -= TRANSFORMS.tracers
+  TRANSFORMS.tracers |= ones
   try: yield
-  finally: tinygrad.tensor.tracers -= ones
+  finally: TRANSFORMS.tracers -= ones
 
 def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]:
   """
@@ -178,16 +177,18 @@ def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]
   if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
     raise TypeError(f"jvp primals and tangents must be tuples or lists, got {type(primals).__name__} and {type(tangents).__name__}")
   # an argument may be a pytree (tuples, lists, dicts) of Tensors: its tangent has the same structure
-  if len(primals) == len(tangents) and (bad:=next((i for i,(x,t) in enumerate(zip(primals, tangents)) if not _same_structure(x, t)), None)) \
+  if len(primals) == len(tangents) and (bad:=next((i for i,(x,t) in enumerate(zip(primals, tangents)) if not same_structure(x, t)), None)) \
       is not None:
-    raise ValueError(f"jvp primal {bad} and its tangent have different structures: {_structure(primals[bad])} and {_structure(tangents[bad])}")
-  flat_primals, flat_tangents = _leaves(list(primals)), _leaves(list(tangents))
-  _check(flat_primals, flat_tangents, "jvp")
+    raise ValueError(f"jvp primal {bad} and its tangent have different structures: {tree_structure(primals[bad])} and "
+                     f"{tree_structure(tangents[bad])}")
+  # a dict's tangents pair with its primals by key, whatever order each was written in (as JAX's)
+  flat_primals, flat_tangents = tree_leaves(list(primals)), tree_leaves_as(list(tangents), list(primals))
+  _check_tangents(flat_primals, flat_tangents, "jvp")
   fresh = [x if t is None else fresh_copy(x) for x,t in zip(flat_primals, flat_tangents)]
-  with tracing([f for f,t in zip(fresh, flat_tangents) if t is not None]): out = fn(*_unflatten(list(primals), fresh))
+  with tracing([f for f,t in zip(fresh, flat_tangents) if t is not None]): out = fn(*tree_unflatten(list(primals), fresh))
   # None in the output is an empty subtree, as in JAX: its tangent is None
-  leaves = _leaves(out)
-  if bad:=[l for l in leaves if l is not None and not isinstance(l, Tensor)]:
+  outs = [l for l in tree_leaves(out) if l is not None]
+  if bad:=[l for l in outs if not isinstance(l, Tensor)]:
     raise TypeError(f"jvp: fn must return a Tensor or a tuple/list/dict of Tensors (or None), got a {type(bad[0]).__name__}")
-  tangents_out = iter(jvp_tensors([l for l in leaves if l is not None], fresh, flat_tangents))
-  return out, _unflatten(out, [None if l is None else next(tangents_out) for l in leaves])
+  tangents_out = iter(jvp_tensors(outs, fresh, flat_tangents))
+  return out, tree_map_skip_none(lambda _: next(tangents_out), out)

@@ -1,0 +1,36 @@
+"""The function transforms' state: what vmap (tinygrad/vmap.py) and jvp (tinygrad/jvp.py) tell the Tensor front end while a transformed
+function runs, and the ids of the RANGEs the transforms make. One per process, TRANSFORMS: a transform sets its part while fn runs and
+puts the old value back after, also when fn raises; tinygrad/tensor.py and tinygrad/gradient.py read it (their hooks, in the vmap topic
+patches)."""
+from __future__ import annotations
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+from tinygrad.uop.ops import UOp, AxisType, sint
+
+@dataclass
+class TransformState:
+  # the open vmap scopes, outermost first (vmap's _Scope)
+  vmap_scopes: list[Any] = field(default_factory=list)
+  # set by vmap while fn runs: Tensor.rand asks it first, so vmap's randomness mode can refuse or batch the draw
+  rand_hook: Callable[..., Any]|None = None
+  # set by vmap too: told of a Tensor outside a scope that takes a per-example value (assign/setitem with no buffer), so vmap can refuse
+  # it when it outlives the function (closed over, not made inside it)
+  took_example_hook: Callable[[Any, Any], None]|None = None
+  # set by jvp while jvp/jacrev run fn: the unique 1s that fresh copies of the differentiated arguments are multiplied by. A value computed
+  # from one is traced: realize leaves it lazy (its buffer would cut it off from the arguments: zero derivatives) and setitem into it is
+  # functional, as in a vmap scope
+  tracers: set[UOp] = field(default_factory=set)
+  # every RANGE a transform makes (vmap's scopes, a backward pass's own chunk loops, vmap_range) gets an id of its own, so nested and
+  # repeated scopes never alias. Negative, like upstream's outer world ranges, and far from the ids of a RANGE built by hand
+  # (UOp.range(n, -1)). The schedule cache renames RANGEs before it keys a graph, so fresh ids on every call don't cost a re-schedule
+  range_ids: Iterator[int] = field(default_factory=lambda: itertools.count(-(1 << 20), -1))
+
+  def fresh_range(self, size:sint, axis_type:AxisType=AxisType.LOOP) -> UOp: return UOp.range(size, next(self.range_ids), axis_type)
+  def traced(self, u:UOp) -> bool: return bool(self.tracers) and (u in self.tracers or not self.tracers.isdisjoint(u.backward_slice))
+  def took_example(self, t, v):
+    """tell vmap that t, outside a scope, takes the per-example value v; returns t"""
+    if self.took_example_hook is not None: self.took_example_hook(t, v)
+    return t
+
+TRANSFORMS = TransformState()
