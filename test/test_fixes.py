@@ -1,0 +1,95 @@
+"""The upstream bugs the fix-* topic patches fix, each as its plain repro (no vmap: vanilla 0.12.0 fails every one of these) against numpy.
+The vmap cases the fuzzer found them by are in test/test_vmap_fuzz.py (TestFuzzRegressions); docs/internals.md maps topics to tests."""
+import unittest
+import numpy as np
+from tinygrad import Tensor, dtypes
+from tinygrad.helpers import Context
+from tinygrad.uop.ops import UOp, KernelInfo
+
+def rand(*shape, seed=0) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape)
+
+class TestFixes(unittest.TestCase):
+  def test_cut_store_range_reduces(self):
+    # fix-cut-store-range-reduces: a store loop cut at a pad's mask, with two REDUCEs inside (the tangent of a max over a padded axis)
+    x, t = 0.7, 0.3
+    P = lambda v: v.reshape(1, 1, 1).expand(1, 2, 4).pad(((0, 0), (0, 2), (2, 0)))
+    mask = (P(Tensor([x])) == P(Tensor([x])).max(1, keepdim=True)).float()
+    got = ((mask * P(Tensor([t]))).sum(1) / mask.sum(1)).numpy()
+    Pn = lambda v: np.pad(np.full((1, 2, 4), v), ((0, 0), (0, 2), (2, 0)))
+    mn = (Pn(x) == Pn(x).max(1, keepdims=True)).astype(np.float32)
+    np.testing.assert_allclose(got, (mn * Pn(t)).sum(1) / mn.sum(1), rtol=1e-6)
+
+  def test_merge_adjacent_counts_once(self):
+    # fix-merge-adjacent-double-count: the sum of a stack of x with itself was 4*x.sum()
+    x = rand(3, 4)
+    np.testing.assert_allclose(Tensor(x).stack(Tensor(x), dim=-2).sum().numpy(), 2 * x.sum())
+
+  def test_cast_folding(self):
+    # fix-cast-folding: an inf cast to an int is left to run (it raised while folding), a float constant cast to half is rounded, and a
+    # cast of an index that is never valid folds to 0
+    self.assertEqual(Tensor.full((2,), float("inf")).cast(dtypes.int32).numpy().shape, (2,))
+    v = 0.1234567891234
+    self.assertEqual(Tensor(v, dtype=dtypes.float64).cast(dtypes.float16).cast(dtypes.float64).item(), float(np.float16(v)))
+    a = np.arange(6, dtype=np.float32).reshape(3, 2)
+    np.testing.assert_equal((w:=Tensor.arange(6).float().reshape(3, 2)).stack(w, dim=-1)[:, 1].numpy(), np.stack([a, a], -1)[:, 1])
+
+  def test_folded_input_not_overwritten(self):
+    # fix-folded-input-overwritten: x folds out of (x*0+5), and the output buffer took x's number: the kernel wrote into x
+    x = rand(4, 3)
+    t = Tensor(x).realize()
+    np.testing.assert_equal((t*0+5).contiguous().numpy(), np.full((4, 3), 5.0))
+    np.testing.assert_equal(t.numpy(), x)
+
+  def test_spec_custom_kernel(self):
+    # fix-spec-custom-kernel: SPEC=2 renders every graph to Python and back, and a custom kernel's function can't be rendered
+    def twice(B, A):
+      i = UOp.range(3, 0)
+      return B[i].store(A[i] * 2).end(i).sink(arg=KernelInfo(name="twice"))
+    x = rand(3)
+    with Context(SPEC=2): got = Tensor.empty(3, dtype=dtypes.float64).custom_kernel(Tensor(x), fxn=twice)[0].numpy()
+    np.testing.assert_equal(got, 2 * x)
+
+  def test_setitem_after_slices(self):
+    # fix-setitem-tensor-indices: tensor indices after a slice set only the slice's rows, and t[::-1] = v is not a copy of t reversed
+    x, v = rand(3, 4), rand(2)
+    t = Tensor(x).contiguous()
+    t[1:, Tensor([0])] = Tensor(v).reshape(2, 1)
+    want = x.copy()
+    want[1:, [0]] = v.reshape(2, 1)
+    np.testing.assert_allclose(t.numpy(), want)
+    t, v = Tensor(x).contiguous(), rand(3, 4, seed=1)
+    t[::-1] = Tensor(v)
+    np.testing.assert_allclose(t.numpy(), v[::-1])
+
+  def test_metadata_reset_after_raise(self):
+    # fix-metadata-reset: after an op raised, every later op counted as nested in it and got its metadata
+    with self.assertRaises(Exception): Tensor.ones(2, 3) + Tensor.ones(4, 5)
+    y = Tensor.ones(3).exp()
+    self.assertEqual([m.name for m in y.uop.metadata or ()], ["exp"])
+
+  def test_gradient_of_piecewise_constant_ops(self):
+    # fix-gradient-piecewise-constant: a cast to int passed the gradient through; floor had no rule (backward raised)
+    x = Tensor(rand(5) * 3, requires_grad=True)
+    (x.int().float() + x.floor() * 2 + x.bool().float() * x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), (rand(5) * 3 != 0).astype(np.float64))
+
+  def test_gradient_through_clone(self):
+    # fix-gradient-assign: clone is an assign to an empty buffer, and the assign stopped the gradient (materialized as zeros)
+    x = Tensor(rand(4), requires_grad=True)
+    (x.clone() * 3).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.full(4, 3.0))
+
+  def test_gradient_of_prod_at_zero(self):
+    # fix-gradient-prod-zero: ret/x is 0/0 at a zero entry; the product of the others is its derivative
+    x = Tensor([2.0, 0.0, 3.0], requires_grad=True)
+    x.prod().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [0.0, 6.0, 0.0])
+
+  def test_float64_sin_of_large_arguments(self):
+    # fix-float64-sin-reduction: float64's Payne-Hanek reduction was float32-exact: no digit right past 1e7
+    x = np.array([1e3, 1e5, 1e7, 1e10])
+    np.testing.assert_allclose(Tensor(x).sin().numpy(), np.sin(x), atol=1e-5)
+    np.testing.assert_allclose(Tensor(x).cos().numpy(), np.cos(x), atol=1e-5)
+
+if __name__ == "__main__":
+  unittest.main()
