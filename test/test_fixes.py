@@ -4,7 +4,7 @@ import unittest
 import numpy as np
 from tinygrad import Tensor, dtypes
 from tinygrad.helpers import Context
-from tinygrad.uop.ops import UOp, KernelInfo
+from tinygrad.uop.ops import UOp, Ops, KernelInfo
 
 def rand(*shape, seed=0) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape)
 
@@ -84,6 +84,16 @@ class TestFixes(unittest.TestCase):
     x = Tensor([2.0, 0.0, 3.0], requires_grad=True)
     x.prod().backward()
     np.testing.assert_allclose(x.grad.numpy(), [0.0, 6.0, 0.0])
+
+  def test_gradient_of_prod_over_ranges(self):
+    # the same rule on a REDUCE over RANGE srcs (a product over a vmap scope's examples), whose arg is the op alone, not (op, axes)
+    from tinygrad.gradient import compute_gradient
+    x = rand(3, 2)
+    x[1, 0] = 0
+    r, t = UOp.range(3, -7), Tensor(x)
+    loss = t.uop.vmapin((r, UOp.const(dtypes.index, 0))).reduce(r, arg=Ops.MUL).r(Ops.ADD, (0,))
+    got = Tensor(compute_gradient(loss, loss.const_like(1.0), {t.uop})[t.uop]).numpy()
+    np.testing.assert_allclose(got, np.stack([np.prod(np.delete(x, i, 0), 0) for i in range(3)]))
 
   def test_float64_sin_of_large_arguments(self):
     # fix-float64-sin-reduction: float64's Payne-Hanek reduction was float32-exact: no digit right past 1e7
