@@ -2,7 +2,7 @@
 against the derivative worked out in numpy; several arguments, pytree outputs, errors, and jvp through vmap scopes both ways."""
 import unittest
 import numpy as np
-from tinygrad import Tensor, dtypes, vmap
+from tinygrad import Tensor, Device, dtypes, vmap
 from tinygrad.uop.ops import UOp, Ops, AxisType
 from tinygrad.jvp import jvp, jvp_tensors, jvp_uops, primitive_jvps
 from vmap_oracle import VmapTestCase, rand, np_loop, np_softmax
@@ -229,8 +229,11 @@ class TestApi(JvpTestCase):
     a, b, ta, tb = pos(4), pos(4), rand(4), rand(4)
     A, B, TA, TB = T(a), T(b), T(ta), T(tb)
     for op, want in [(Ops.SUB, ta - tb), (Ops.FDIV, ta/b - a*tb/b**2)]:
-      got = jvp_uops([UOp(op, dtypes.float64, (A.uop, B.uop))], [A.uop, B.uop], [TA.uop, TB.uop])[0]
-      self.assert_close(Tensor(got).numpy(), want)
+      with self.subTest(op=op):
+        # a raw FDIV runs only where the renderer has code for it (the C renderers; not the PYTHON emulator, upstream's as ours)
+        if op not in Device[Device.DEFAULT].renderer.code_for_op: self.skipTest(f"{Device.DEFAULT}'s renderer has no code for {op}")
+        got = jvp_uops([UOp(op, dtypes.float64, (A.uop, B.uop))], [A.uop, B.uop], [TA.uop, TB.uop])[0]
+        self.assert_close(Tensor(got).numpy(), want)
   def test_transpose_of_gradient(self):
     # <u, jvp(t)> == <vjp(u), t>: primitive_jvps and pm_gradient are each other's transpose, ties included
     x = np.array([[1., 3., 3.], [2., 2., 2.]])
