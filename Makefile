@@ -43,6 +43,16 @@ test: setup      ## the project's tests, then the vmap tests on the PYTHON devic
 	env -u CPU PYTHON=1 $(PYTHON) -m pytest -q $(VMAP_TESTS) -k "not cast_half"
 test-spec: setup ## the vmap test files with SPEC=2: every UOp checked against its spec when it is created
 	SPEC=2 $(PYTHON) -m pytest -q $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/test_jvp.py
+# the GPU: no set-up (a borrowed GPU machine may have no network: materialize tinygrad/ here and take it along), the vmap, jvp and Jacobian
+# test files on GPU=CUDA (or NV) in parallel, cut at GPU_TIMEOUT seconds with SIGINT so the failures so far are still listed by name
+GPU ?= CUDA
+GPU_TIMEOUT ?= 470
+GPU_WORKERS ?= 16
+GPU_TESTS := $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/test_jvp.py test/test_native_vmap_pad.py test/test_fixes.py
+.PHONY: test-gpu
+test-gpu:        ## the vmap, jvp and Jacobian tests on an NVIDIA GPU (GPU=CUDA or NV); tools/gpu_env.py finds libcuda and nvrtc or says what to set
+	@env_lines="$$(PYTHONPATH=. $(PYTHON) tools/gpu_env.py $(GPU))" && eval "$$env_lines" && \
+	  env -u CPU $(GPU)=1 timeout -s INT $(GPU_TIMEOUT) $(PYTHON) -m pytest -q -n $(GPU_WORKERS) -rfE --tb=line -p no:cacheprovider $(GPU_TESTS)
 demo: setup      ## examples/quickstart.py: vmap a per-example function, check it against numpy, show the kernel and kernel counts
 	CPU=1 PYTHONPATH=. $(PYTHON) examples/quickstart.py
 test-upstream: setup-upstream   ## upstream's own suite (the pinned sdist's test/*.py) on the fork; fails only on failures vanilla lacks
