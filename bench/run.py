@@ -65,7 +65,18 @@ SCALING = {"W1": ["vmap", "vmap_jit", "hand", "jax"], "W2": ["vmap", "vmap_jit",
 SCALING_N = [10**2, 10**3, 10**4, 10**5, 10**6]
 SCALING_N_QUICK = [10**2, 10**3]
 
-def impls_of(w:str) -> dict[str, tuple[str, str]]: return {**IMPLS, **EXTRA_IMPLS.get(w, {})}
+# --device (bench/RESULTS-gpu.md): every row on one accelerator (tinygrad's backend of that name, JAX's and torch's GPU), batches GPU_SCALE
+# times the CPU table's, BEAM=2 on every workload; JAX at full fp32 (its GPU default for matmuls is TF32, which fails float32 tolerances)
+GPU_SCALE = 10
+GPU_IMPLS = ("vmap", "vmap_jit", "vmap_jit_beam", "hand", "hand_jit", "jax", "torch")
+def bench_device() -> str|None: return os.environ.get("BENCH_DEVICE") or None
+def device_env(device:str) -> dict[str, str]:
+  gpu = device in ("CUDA", "NV")
+  return {device: "1", "CCACHE": "0", "IGNORE_BEAM_CACHE": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "JAX_ENABLE_X64": "0", "BENCH_DEVICE": device,
+          "JAX_PLATFORMS": "cuda" if gpu else "cpu", "JAX_DEFAULT_MATMUL_PRECISION": "highest"}
+
+def impls_of(w:str) -> dict[str, tuple[str, str]]:
+  return {**IMPLS, **EXTRA_IMPLS.get(w, {}), **({"vmap_jit_beam": SHARDED_BEAM["vmap_jit_beam"]} if bench_device() else {})}
 
 # ================================================================ worker: runs in a subprocess with THREAD_ENV
 
@@ -278,11 +289,14 @@ def other_impl(w, impl:str, args_np):
   if impl == "torch":
     import torch
     torch.set_num_threads(1)
-    xs = [torch.from_numpy(a) for a in args_np]
+    dev = "cuda" if bench_device() in ("CUDA", "NV") else "cpu"
+    xs = [torch.from_numpy(a).to(dev) for a in args_np]
     f1 = w.torch_fn(torch)
     f = w.torch_vmap(torch, f1) if w.torch_vmap else torch.func.vmap(f1, in_dims=w.in_axes)
     def call():
-      with torch.no_grad() if "requires_grad" not in w.extra else torch.enable_grad(): return f(*xs)
+      with torch.no_grad() if "requires_grad" not in w.extra else torch.enable_grad(): out = f(*xs)
+      if dev == "cuda": torch.cuda.synchronize()
+      return out
     return call
   raise ValueError(impl)
 
@@ -290,7 +304,7 @@ def out_numpy(impl, out):
   import numpy as np
   if isinstance(out, tuple): return tuple(out_numpy(impl, o) for o in out)
   if hasattr(out, "numpy") and not isinstance(out, np.ndarray):
-    return out.detach().numpy() if hasattr(out, "detach") else out.numpy()
+    return out.detach().cpu().numpy() if hasattr(out, "detach") else out.numpy()
   return np.asarray(out)
 
 def nbytes(x) -> int:
@@ -470,16 +484,26 @@ def machine_copy_bandwidth() -> float:
     st = time.perf_counter(); np.copyto(b, a); ts.append(time.perf_counter() - st)
   return 2 * a.nbytes / median(ts[1:]) / 1e9
 
+def device_copy_bandwidth() -> float:
+  """a copy kernel of 256 MB of float32 on the bench device (tinygrad's), GB/s counting bytes read + bytes written"""
+  from tinygrad import Tensor, Device
+  a = Tensor.ones(64 * 2**20).contiguous().realize()
+  ts = []
+  for _ in range(7):
+    Device[a.device].synchronize()
+    st = time.perf_counter(); (a * 2).realize(); Device[a.device].synchronize(); ts.append(time.perf_counter() - st)
+  return 2 * a.nbytes() / median(ts[1:]) / 1e9
+
 def worker(tasks:list[dict]):
   # one core, not just one thread: XLA's CPU client runs work on more threads than XLA_FLAGS' single-thread settings cover (jax 0.10
   # used 1.66 cores on W2 with them). The sharded row is about using both cores, so it keeps them.
-  if hasattr(os, "sched_setaffinity") and not any(t.get("impl") == "vmap_jit_2dev" for t in tasks):
+  if hasattr(os, "sched_setaffinity") and not bench_device() and not any(t.get("impl") == "vmap_jit_2dev" for t in tasks):
     os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
   for task in tasks:
     try:
       if task["kind"] == "row": res = run_row(task)
       elif task["kind"] == "scale": res = run_scale(task)
-      elif task["kind"] == "bandwidth": res = {"copy_gbps": machine_copy_bandwidth()}
+      elif task["kind"] == "bandwidth": res = {"copy_gbps": device_copy_bandwidth() if bench_device() else machine_copy_bandwidth()}
       elif task["kind"] == "ab": res = run_ab(task)
       else: raise ValueError(task["kind"])
       print("@@RESULT " + json.dumps({"task": task, "result": res}), flush=True)
@@ -560,8 +584,11 @@ def pristine() -> Path|None:
 
 def spawn(tasks:list[dict], timeout:float) -> list[dict]:
   vanilla = any(t.get("impl") == "pad_outer_vanilla" for t in tasks)
-  env = {**os.environ, **THREAD_ENV, "PYTHONPATH": os.pathsep.join([str(pristine() if vanilla else ROOT), str(BENCH)] +
-                                                                   ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+  # the GPU table's workers see its device alone (tinygrad picks the first device variable it finds)
+  base = {k:v for k,v in os.environ.items() if not (bench_device() and k in ("CPU", "CUDA", "NV", "CL", "METAL", "AMD", "LLVM", "PYTHON"))}
+  env = {**base, **(device_env(bench_device()) if bench_device() else THREAD_ENV),
+         "PYTHONPATH": os.pathsep.join([str(pristine() if vanilla else ROOT), str(BENCH)] +
+                                       ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
   for k in ("DEBUG", "BEAM", "NOOPT", "JIT"): env.pop(k, None)
   try:
     p = subprocess.run([sys.executable, str(BENCH/"run.py"), "--worker", json.dumps(tasks)], env=env, capture_output=True, text=True,
@@ -596,8 +623,10 @@ def main():
   ap.add_argument("--xla", action="store_true", help="with --source: print the optimized HLO of the JAX row instead")
   ap.add_argument("--write", action="store_true", help="write bench/RESULTS.md, results.json and docs/bench.png (default: full runs of everything)")
   ap.add_argument("--render", action="store_true", help="rewrite RESULTS.md and docs/bench.png from bench/results.json (after editing analysis.md)")
+  ap.add_argument("--device", default=None, help="the GPU table: every row on this device (CUDA, NV; CPU tries it out), bench/RESULTS-gpu.md")
   ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
   a = ap.parse_args()
+  if a.device: os.environ["BENCH_DEVICE"] = a.device
   if a.worker is not None: return worker(json.loads(a.worker))
   if a.render:
     d = json.loads((BENCH/"results.json").read_text())
@@ -610,7 +639,7 @@ def main():
   from workloads import WORKLOADS
   quick = a.quick
   wls = [x for x in (a.only.split(",") if a.only else WORKLOADS)]
-  sel = set(a.impls.split(",")) if a.impls else None
+  sel = set(a.impls.split(",")) if a.impls else (set(GPU_IMPLS) if a.device else None)
   repeats, warmup = (a.repeats or (2 if quick else 9)), (1 if quick else 3)
   without = set(filter(None, a.without.split(",")))
   available = {fw: fw not in without and (fw in ("tinygrad", "numpy") or have(fw)) for fw in ("tinygrad", "numpy", "jax", "torch")}
@@ -628,16 +657,16 @@ def main():
     for impl, (label, fw) in impls_of(wn).items():
       if sel and impl not in sel: continue
       if not available[fw]:
-        skipped.append({"workload": wn, "impl": impl, "label": label, "framework": fw, "n": w.size(quick),
+        skipped.append({"workload": wn, "impl": impl, "label": label, "framework": fw, "n": w.size(quick) * (GPU_SCALE if a.device else 1),
                         "status": f"skipped: {fw} is not installed" if fw != "vanilla" else "skipped: no pristine upstream 0.12.0"})
         continue
-      row_tasks.append({"kind": "row", "workload": wn, "impl": impl, "n": w.size(quick), "quick": quick, "repeats": repeats,
-                        "warmup": warmup})
+      row_tasks.append({"kind": "row", "workload": wn, "impl": impl, "n": w.size(quick) * (GPU_SCALE if a.device else 1), "quick": quick,
+                        "repeats": repeats, "warmup": warmup})
       # the rows whose first calls the targets compare get FIRST_RUNS fresh processes in the full run: one first call swings 1.5-2x
       if not quick and impl in FIRST_REPEATED: first_tasks += [{**row_tasks[-1], "first_only": True, "seed": k} for k in range(1, FIRST_RUNS)]
   row_tasks += sorted(first_tasks, key=lambda t: t["seed"])   # a round of every repeated row at a time (stable: rows keep their order)
   scale_tasks = []
-  if not a.no_scaling:
+  if not a.no_scaling and not a.device:
     for wn, impls in SCALING.items():
       if wn not in wls: continue
       for impl in impls:
@@ -645,12 +674,12 @@ def main():
         scale_tasks.append({"kind": "scale", "workload": wn, "impl": impl, "ns": SCALING_N_QUICK if quick else SCALING_N,
                             "repeats": repeats if quick else 7, "warmup": warmup, "quick": quick})
 
-  ab_tasks = [] if (sel and not {"vmap", "hand"} <= sel) else \
+  ab_tasks = [] if a.device or (sel and not {"vmap", "hand"} <= sel) else \
     [{"kind": "ab", "workload": wn, "n": WORKLOADS[wn].size(quick), "repeats": 3 if quick else 21, "warmup": 1 if quick else 3}
      for wn in (wls[:1] if quick else wls)]   # quick: one workload exercises the code
   row_tasks += ab_tasks
   # group the tasks into worker processes: the full run gives every row a fresh process (a cold first call); quick, one per framework
-  groups: list[list[dict]] = [[{"kind": "bandwidth"}]] if not quick else []
+  groups: list[list[dict]] = [[{"kind": "bandwidth"}]] if not quick or a.device else []
   if quick:
     by_fw: dict[str, list[dict]] = {}
     for t in row_tasks + scale_tasks: by_fw.setdefault(impls_of(t["workload"])[t["impl"]][1] if "impl" in t else "tinygrad", []).append(t)
@@ -702,7 +731,13 @@ def main():
   print(f"workloads: {', '.join(wls)}; {len(rows)} rows ({len(skipped)} skipped); {elapsed:.1f} s")
 
   write = a.write or (not quick and not a.only and not a.impls and not a.no_scaling)
-  if write:
+  if a.device and write:
+    data = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "device": a.device, "gpu": gpu_info(), "machine": machine(),
+            "versions": versions(), "env": device_env(a.device), "copy_gbps": bw, "rows": rows, "errors": errors, "wrong": wrong}
+    (BENCH/"results-gpu.json").write_text(json.dumps(data, indent=1))
+    write_gpu_results(data)
+    print(f"wrote {BENCH/'RESULTS-gpu.md'}, {BENCH/'results-gpu.json'}")
+  elif write:
     data = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(), "versions": versions(),
             "thread_env": THREAD_ENV, "copy_gbps": bw, "rows": rows, "ab": ab_rows, "scaling": scale_rows, "errors": errors, "wrong": wrong}
     (BENCH/"results.json").write_text(json.dumps(data, indent=1))
@@ -773,6 +808,28 @@ def render_scaling(srows:list[dict]) -> str:
     out.append(f"| {r['workload']} | {r['label']} | {r['n']:,} | {fmt(r['ms'], 3)} | {fmt(r['first_ms'])} | "
                f"{fmt(f.get('schedule_ms'))} | {fmt(f.get('codegen_compile_ms'))} | {fmt(r.get('steady_schedule_ms'), 3)} |")
   return "\n".join(out)
+
+def gpu_info() -> dict:
+  """the GPU and driver nvidia-smi reports, or what it said when it isn't there"""
+  try:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], capture_output=True,
+                         text=True, timeout=30).stdout.strip().splitlines()
+    name, driver, mem = [x.strip() for x in out[0].split(",")]
+    return {"name": name, "driver": driver, "memory": mem, "count": len(out)}
+  except Exception as e: return {"name": f"unknown ({type(e).__name__})"}
+
+def write_gpu_results(d:dict):
+  """bench/RESULTS-gpu.md: the GPU table of one run on one card"""
+  g, v = d["gpu"], d["versions"]
+  head = [f"# vmap benchmark on a GPU ({d['device']})", "",
+          f"Generated by `python bench/run.py --device {d['device']}` (tools/gpu_check.sh) on {d['date']}: {g.get('name')}, driver "
+          f"{g.get('driver', '?')}, {g.get('memory', '?')}; {d['machine'].get('cpu', '?')}. tinygrad {v.get('tinygrad')}, jax {v.get('jax', '-')}, "
+          f"torch {v.get('torch', '-')}, numpy {v.get('numpy')}; git {v.get('git', '?')}.", "",
+          f"Batches are {GPU_SCALE}x the CPU table's (bench/RESULTS.md). Every output is checked against the numpy oracle. JAX runs with "
+          "`jax_default_matmul_precision=highest` (full fp32): its GPU default, TF32, fails the float32 tolerances. The copy bandwidth, "
+          f"{fmt(d['copy_gbps'])} GB/s (a tinygrad copy kernel of 256 MB, read + write), is the memory-bound rows' reference.", ""]
+  notes = [f"- {x}" for x in d["errors"] + d["wrong"]]
+  (BENCH/"RESULTS-gpu.md").write_text("\n".join(head + [render_table(d["rows"], d["copy_gbps"]), ""] + (["Errors:", *notes, ""] if notes else [])))
 
 def write_results(d:dict):
   m, v = d["machine"], d["versions"]

@@ -24,6 +24,14 @@ class TestBenchQuick(unittest.TestCase):
       self.assertRegex(p.stdout, rf"\| {w} \| tinygrad vmap \(TinyJit\) \|.*\| ok \|")
     self.assertIn("workloads: " + ", ".join(WORKLOADS), p.stdout)
 
+  def test_gpu_table_tried_on_the_cpu(self):
+    # the GPU table's code path (--device: every row on one device, batches 10x, BEAM=2's own row), tried out on the CPU device
+    p = quick("--device", "CPU", "--only", "W3", "--impls", "vmap_jit,hand_jit,jax", "--without", "jax,torch")
+    self.assertEqual(p.returncode, 0, p.stdout[-4000:] + p.stderr[-4000:])
+    n = WORKLOADS["W3"].size(True) * 10
+    self.assertRegex(p.stdout, rf"\| W3 \| tinygrad vmap \(TinyJit\) \| {n} \|.*\| ok \|")
+    self.assertRegex(p.stdout, rf"\| W3 \| jax.jit\(jax.vmap\(f\)\) \| {n} \|.*skipped: jax is not installed")
+
   def test_skips_frameworks_that_are_missing(self):
     # CI's `make test` installs neither jax nor torch: their rows are skipped with the reason, and the run still passes
     p = quick("--only", "W1", "--impls", "hand,numpy,jax,torch", "--no-scaling", "--without", "jax,torch")
