@@ -663,7 +663,7 @@ def main():
       row_tasks.append({"kind": "row", "workload": wn, "impl": impl, "n": w.size(quick) * (GPU_SCALE if a.device else 1), "quick": quick,
                         "repeats": repeats, "warmup": warmup})
       # the rows whose first calls the targets compare get FIRST_RUNS fresh processes in the full run: one first call swings 1.5-2x
-      if not quick and impl in FIRST_REPEATED: first_tasks += [{**row_tasks[-1], "first_only": True, "seed": k} for k in range(1, FIRST_RUNS)]
+      if not quick and not a.device and impl in FIRST_REPEATED: first_tasks += [{**row_tasks[-1], "first_only": True, "seed": k} for k in range(1, FIRST_RUNS)]
   row_tasks += sorted(first_tasks, key=lambda t: t["seed"])   # a round of every repeated row at a time (stable: rows keep their order)
   scale_tasks = []
   if not a.no_scaling and not a.device:
@@ -680,7 +680,7 @@ def main():
   row_tasks += ab_tasks
   # group the tasks into worker processes: the full run gives every row a fresh process (a cold first call); quick, one per framework
   groups: list[list[dict]] = [[{"kind": "bandwidth"}]] if not quick or a.device else []
-  if quick:
+  if quick or a.device:   # the GPU table: steady-state timings, so a process per framework (CUDA and JAX take seconds to start)
     by_fw: dict[str, list[dict]] = {}
     for t in row_tasks + scale_tasks: by_fw.setdefault(impls_of(t["workload"])[t["impl"]][1] if "impl" in t else "tinygrad", []).append(t)
     groups += list(by_fw.values())
