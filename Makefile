@@ -59,6 +59,6 @@ test-upstream: setup-upstream   ## upstream's own suite (the pinned sdist's test
 	cd tools && $(PYTHON) upstream_suite.py check
 upstream-baseline: setup-upstream   ## record vanilla 0.12.0's outcome of the same suite in test/upstream/vanilla.json
 	cd tools && $(PYTHON) upstream_suite.py baseline --runs 2
-bench: setup     ## the benchmark (bench/README.md): bench/RESULTS.md, docs/bench.png; QUICK=1 is CI's smoke run (small N, no jax/torch needed)
+bench: setup     ## the benchmark (bench/README.md): bench/RESULTS.md, docs/bench.png; QUICK=1 is CI's smoke run; DEVICE=CUDA the GPU table
 	$(if $(QUICK),,$(PIP) $$($(FORK) deps bench))
-	PYTHONPATH=. $(PYTHON) bench/run.py $(if $(QUICK),--quick)
+	PYTHONPATH=. $(PYTHON) bench/run.py $(if $(QUICK),--quick) $(if $(DEVICE),--device $(DEVICE))

@@ -1,0 +1,62 @@
+"""The CUDA backend's kernels without a GPU: the CUDA renderer renders source on any machine and its heuristics (local sizes, GROUP,
+upcasts, tensor cores) are the renderer's, so what becomes a kernel on an NVIDIA GPU is tested here; PYTHON=1 EMULATE=CUDA runs such
+kernels in the emulator. Only timings need the card (make test-gpu, tools/gpu_check.sh)."""
+import json, os, re, subprocess, sys, unittest
+from math import prod
+from pathlib import Path
+import numpy as np
+from tinygrad import Tensor, vmap
+from tinygrad.codegen import get_program
+from tinygrad.renderer.cstyle import CUDARenderer
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT/"bench"))
+from workloads import WORKLOADS  # noqa: E402
+
+def cuda_kernels(*outs:Tensor) -> list:
+  """each kernel of the schedule as the CUDA renderer (sm_80) builds it: launch dims, the heuristic's opts, the source"""
+  ren = CUDARenderer("sm_80")
+  return [get_program(si.ast, ren) for si in Tensor.schedule(*outs) if si.ast.op.name == "SINK"]
+
+def workload_kernels(name:str, batched:bool) -> list:
+  w = WORKLOADS[name]
+  args = w.inputs(w.size(True), np.random.default_rng(0))
+  grad = w.extra.get("requires_grad", ())
+  ts = [Tensor(a, requires_grad=True if i in grad else None).realize() for i, a in enumerate(args)]
+  out = w.tg_vmap(vmap, w.tg)(*ts) if batched else w.tg_hand(*ts)
+  return cuda_kernels(*(out if isinstance(out, tuple) else (out,)))
+
+class TestCUDAKernels(unittest.TestCase):
+  def test_vmap_kernels_are_the_hand_batched_ones(self):
+    # the bench's workloads under CUDA's heuristics: vmap gives the hand-batched expression's kernels, the same launch dims and opts
+    # (W5's two upcasts come in the other order: the same tile)
+    for name in WORKLOADS:
+      with self.subTest(workload=name):
+        v, h = workload_kernels(name, True), workload_kernels(name, False)
+        self.assertEqual(len(v), len(h))
+        for pv, ph in zip(v, h):
+          self.assertEqual((pv.global_size, pv.local_size), (ph.global_size, ph.local_size))
+          self.assertEqual(sorted(map(str, pv.applied_opts)), sorted(map(str, ph.applied_opts)))
+
+  def test_batch_axis_is_the_grid(self):
+    # a vmapped row reduce: the batch is the launch grid (global x local covers every example), no loop over examples in the kernel
+    p = cuda_kernels(vmap(lambda r: (r * r).sum() * 2 + r.max())(Tensor.empty(4096, 64)))
+    self.assertEqual(len(p), 1)
+    self.assertIn('extern "C" __global__', p[0].src)
+    # the only loops are over a row's 64 numbers (or a GROUP's share of them): the 4096 examples are blocks and threads
+    self.assertLessEqual(max(int(n) for n in re.findall(r"for \(int \w+ = 0; \w+ < (\d+);", p[0].src)), 64)
+    self.assertGreaterEqual(prod(p[0].global_size) * prod(p[0].local_size), 4096 // 4)   # at most 4 rows a thread (UPCAST 4)
+
+  def test_runs_on_the_emulator_with_cuda_heuristics(self):
+    # PYTHON=1 EMULATE=CUDA: the CUDA renderer's kernel choices, executed by the emulator, against numpy
+    code = ("import json, numpy as np\nfrom tinygrad import Tensor, vmap\nx = np.random.default_rng(1).standard_normal((96, 40)).astype(np.float32)\n"
+            "got = vmap(lambda r: (r * r).sum() * 2 + r.max())(Tensor(x)).numpy()\n"
+            "print(json.dumps(float(np.abs(got - ((x.astype(np.float64)**2).sum(1)*2 + x.max(1))).max())))")
+    env = {k:v for k,v in os.environ.items() if k not in {"CPU", "CL", "METAL", "CUDA", "AMD", "NV", "LLVM", "DEBUG"}}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env={**env, "PYTHON": "1", "EMULATE": "CUDA", "PYTHONPATH": str(ROOT)})
+    self.assertEqual(r.returncode, 0, r.stderr)
+    self.assertLess(json.loads(r.stdout.strip().splitlines()[-1]), 1e-3)
+
+if __name__ == "__main__":
+  unittest.main()
