@@ -220,7 +220,7 @@ def blamed_topics(work:Path, ref:str, path:str, start:int, count:int, nlines:int
 def cmd_patches(root:Path, topic:str|None=None) -> list[str]:
   """export edits into their topics; returns the topics that changed"""
   series = materialized_series(root)
-  work, topics, (full, subsets) = build_work(root), series_topics(root, series), read_series(root)
+  work, topics, full = build_work(root), series_topics(root, series), read_series(root)[0]
   ref = tip(topics)
   exp = tree_files(work, ref)
   changed = dirty(root, exp)
@@ -300,7 +300,7 @@ def squash_edits(root:Path, work:Path, by_topic:dict[str, list[tuple[str, str]]]
 
 def cmd_check(root:Path, series:str|None=None) -> list[str]:
   series = series or materialized_series(root)
-  topics, subsets = read_series(root)
+  topics = read_series(root)[0]
   problems = [f"patches/{p.name}: not in patches/series" for p in patch_files(root) if p.stem not in topics]
   problems += [f"patches/series names {t}, but patches/{t}.patch is missing" for t in topics if not patch_path(root, t).exists()]
   if problems: return problems

@@ -7,7 +7,7 @@ import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING
 from tinygrad.helpers import DEBUG, BEAM, Context, dedup, getenv, diskcache_get, diskcache_put
-from tinygrad.uop.ops import Ops
+from tinygrad.uop.ops import Ops, UOp
 from tinygrad.device import Device
 from tinygrad.codegen import get_program
 if TYPE_CHECKING: from tinygrad.engine.realize import CompiledRunner, ExecItem
