@@ -57,7 +57,7 @@ class _Scope:
     y = y.vmapout(varg(y.ndim+len(self.ranges), {axis+i: r for i,r in enumerate(self.ranges)}))
     return y.reshape(y.shape[:axis] + (self.size,) + y.shape[axis+len(self.ranges):]) if len(self.ranges) == 2 else y
 
-def _took_example(t:Tensor, v:Tensor):
+def _record_taken_example(t:Tensor, v:Tensor):
   """t (no buffer, outside a scope) takes v, a per-example value: fine for a Tensor made in the function, refused if it outlives it"""
   for s in TRANSFORMS.vmap_scopes:
     if any(r in v.uop.ranges and r not in t.uop.ranges for r in s.ranges): s.took.append((weakref.ref(t), t.uop))
@@ -119,7 +119,7 @@ def _open_scope(scope:_Scope):
   failed call leaves what it wrote to intact"""
   TRANSFORMS.vmap_scopes.append(scope)
   prev_hook, TRANSFORMS.rand_hook = TRANSFORMS.rand_hook, _rand_in_scope
-  TRANSFORMS.took_example_hook = _took_example
+  TRANSFORMS.took_example_hook = _record_taken_example
   try: yield
   except BaseException:
     _restore_old_values(scope.took)
