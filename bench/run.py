@@ -17,7 +17,7 @@ for speed and keeps tinygrad's caches across rows, so its first calls aren't col
 row that must run crashes; rows of frameworks that aren't installed are skipped with the reason.
 """
 from __future__ import annotations
-import argparse, datetime, gc, importlib.util, json, os, platform, statistics, subprocess, sys, threading, time, traceback
+import argparse, datetime, gc, importlib.util, json, math, os, platform, statistics, subprocess, sys, threading, time, traceback
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -253,7 +253,31 @@ def tinygrad_impl(w, impl:str, args_np, n:int):
     out = f(*ts)   # eager: builds the graph (for vmap: traces fn); TinyJit: the whole replay
     hooks().build_s += time.perf_counter() - st
     return finish(out)
+  # the kernel detail of the GPU table (kernel_detail) lowers one eager call of the jitted function the way the jit captured it
+  call.eager = {"vmap_jit": lambda: w.tg_vmap(vmap, w.tg), "vmap_jit_beam": lambda: w.tg_vmap(vmap, w.tg), "hand_jit": lambda: w.tg_hand}.get(impl)
+  call.inputs, call.beam = ts, impl == "vmap_jit_beam"
   return call
+
+def kernel_detail(call, cnt:int=15) -> list[dict]:
+  """each kernel of one call, lowered as TinyJit captured it: name, launch dims, opts, median device time (µs) of cnt runs with wait"""
+  from tinygrad import Tensor
+  from tinygrad.helpers import Context
+  from tinygrad.engine.realize import CompiledRunner
+  with Context(BEAM=2 if call.beam else 0):   # a hit in the method cache: the jit's capture compiled these
+    out = call.eager()(*call.inputs)
+    sched, var_vals = Tensor.schedule_with_vars(*(out if isinstance(out, tuple) else (out,)))
+    for ei in sched: ei.lower()
+  for ei in sched: ei.run(var_vals)
+  ret = []
+  for ei in sched:
+    tms = [ei.run(var_vals, wait=True, do_update_stats=False) for _ in range(cnt)]
+    d = {"runner": type(ei.prg).__name__, "name": ei.prg.display_name if not isinstance(ei.prg, CompiledRunner) else ei.prg.p.function_name,
+         "us": median(tms) * 1e6 if all(t is not None for t in tms) else None}
+    if isinstance(ei.prg, CompiledRunner):
+      d.update(global_size=list(ei.prg.p.global_size or []), local_size=list(ei.prg.p.local_size or []),
+               opts=[f"{o.op.name} {o.axis} {o.arg}" for o in ei.prg.p.applied_opts])
+    ret.append(d)
+  return ret
 
 def to_numpy(out):
   import numpy as np
@@ -413,6 +437,9 @@ def run_row(task:dict) -> dict:
       k1 = GlobalCounters.kernel_count
       Tensor.realize(*(o if isinstance(o, tuple) else (o,)))
       row["kernels_one_example"] = GlobalCounters.kernel_count - k1
+  if fw == "tinygrad" and bench_device() and getattr(call, "eager", None) is not None:
+    row["kernel_detail"] = kernel_detail(call)
+    row["kernels_us"] = sum(k["us"] or 0 for k in row["kernel_detail"])
   if impl not in ("loop", "pad_outer", "pad_loop"):
     row["bytes"] = sum(a.nbytes for a in args_np) + nbytes(getout(out) if fw != "numpy" else out)
     row["gbps"] = row["bytes"] / (row["ms"] * 1e-3) / 1e9
@@ -624,6 +651,8 @@ def main():
   ap.add_argument("--write", action="store_true", help="write bench/RESULTS.md, results.json and docs/bench.png (default: full runs of everything)")
   ap.add_argument("--render", action="store_true", help="rewrite RESULTS.md and docs/bench.png from bench/results.json (after editing analysis.md)")
   ap.add_argument("--device", default=None, help="the GPU table: every row on this device (CUDA, NV; CPU tries it out), bench/RESULTS-gpu.md")
+  ap.add_argument("--deadline", type=float, default=None, help="seconds for the whole run: a worker still running then is stopped, the "
+                  "rows it finished kept, and the rows not reached written as 'not run: time limit' (tools/gpu_check.sh's budget)")
   ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
   a = ap.parse_args()
   if a.device: os.environ["BENCH_DEVICE"] = a.device
@@ -682,8 +711,10 @@ def main():
   groups: list[list[dict]] = [[{"kind": "bandwidth"}]] if not quick or a.device else []
   if quick or a.device:   # the GPU table: steady-state timings, so a process per framework (CUDA and JAX take seconds to start)
     by_fw: dict[str, list[dict]] = {}
-    for t in row_tasks + scale_tasks: by_fw.setdefault(impls_of(t["workload"])[t["impl"]][1] if "impl" in t else "tinygrad", []).append(t)
-    groups += list(by_fw.values())
+    for t in row_tasks + scale_tasks:   # BEAM's search takes the longest: its rows run last, in a process of their own
+      by_fw.setdefault("beam" if t.get("impl") == "vmap_jit_beam" else impls_of(t["workload"])[t["impl"]][1] if "impl" in t else "tinygrad",
+                       []).append(t)
+    groups += [by_fw[k] for k in sorted(by_fw, key=lambda k: k == "beam")]
     if groups and "numpy" in by_fw:   # numpy rows ride along with tinygrad's process: one interpreter start less
       groups = [g for g in groups if g is not by_fw["numpy"]]
       groups[0] = by_fw["numpy"] + groups[0] if "tinygrad" in by_fw else groups[0]
@@ -694,8 +725,18 @@ def main():
   results, rows, scale_rows, ab_rows, wrong, errors, bw = [], [], [], [], [], [], None
   more_firsts: dict[tuple[str, str], list[float]] = {}
   for g in groups:
-    for r in spawn(g, timeout=120 if quick else 1800):
+    left = None if a.deadline is None else a.deadline - (time.perf_counter() - t_start)
+    if left is not None and left < 5:
+      for t in g:
+        if t["kind"] == "row": rows.append({**{k: t[k] for k in ("workload", "impl", "n", "quick")}, "label": impls_of(t["workload"])[t["impl"]][0],
+                                            "framework": impls_of(t["workload"])[t["impl"]][1], "status": "not run: time limit (--deadline)"})
+      continue
+    for r in spawn(g, timeout=min(120 if quick else 1800, left if left is not None else math.inf)):
       t = r["task"]
+      if "error" in r and r["error"].startswith("worker died (exit timeout)") and t["kind"] == "row":
+        rows.append({**{k: t[k] for k in ("workload", "impl", "n", "quick")}, "label": impls_of(t["workload"])[t["impl"]][0],
+                     "framework": impls_of(t["workload"])[t["impl"]][1], "status": "not run: time limit (--deadline)"})
+        continue
       if "wrong" in r: wrong.append(r["wrong"]); print(f"  WRONG {r['wrong']}", flush=True)
       elif "error" in r:
         errors.append(f"{t.get('workload', '')} {t.get('impl', t['kind'])}: {r['error']}")
@@ -829,7 +870,25 @@ def write_gpu_results(d:dict):
           "`jax_default_matmul_precision=highest` (full fp32): its GPU default, TF32, fails the float32 tolerances. The copy bandwidth, "
           f"{fmt(d['copy_gbps'])} GB/s (a tinygrad copy kernel of 256 MB, read + write), is the memory-bound rows' reference.", ""]
   notes = [f"- {x}" for x in d["errors"] + d["wrong"]]
-  (BENCH/"RESULTS-gpu.md").write_text("\n".join(head + [render_table(d["rows"], d["copy_gbps"]), ""] + (["Errors:", *notes, ""] if notes else [])))
+  analysis = (BENCH/"analysis-gpu.md").read_text().strip() if (BENCH/"analysis-gpu.md").exists() else ""
+  (BENCH/"RESULTS-gpu.md").write_text("\n".join(head + [render_table(d["rows"], d["copy_gbps"]), ""] + (["Errors:", *notes, ""] if notes else []) +
+                                                 [render_kernel_detail(d["rows"]), ""] + ([analysis, ""] if analysis else [])))
+
+def render_kernel_detail(rows:list[dict]) -> str:
+  """the kernels of each TinyJit row, each timed alone on the device: where a call's time goes (kernels vs the rest: Python, launches)"""
+  out = ["## Where a TinyJit call's time goes", "",
+         "Each kernel of one call, timed alone (median of 15 runs, waiting for each); `rest` is the call's median time less the kernels' sum: "
+         "the replay's Python, launches and the synchronize.", "",
+         "| workload | implementation | ms / call | kernels' sum ms | rest ms | kernel | global | local | opts | µs |", "|" + " --- |" * 10]
+  for r in rows:
+    if r.get("status") != "ok" or "kernel_detail" not in r: continue
+    ks = r["kernel_detail"]
+    for i, k in enumerate(ks):
+      lead = f"| {r['workload']} | {r['label']} | {fmt(r['ms'], 3)} | {fmt(r['kernels_us'] / 1e3, 3)} | {fmt(r['ms'] - r['kernels_us'] / 1e3, 3)} |" \
+        if i == 0 else "| | | | | |"
+      out.append(f"{lead} `{k['name']}` | {k.get('global_size', '-')} | {k.get('local_size', '-')} | {', '.join(k.get('opts', [])) or '-'} | "
+                 f"{fmt(k['us'], 1)} |")
+  return "\n".join(out)
 
 def write_results(d:dict):
   m, v = d["machine"], d["versions"]

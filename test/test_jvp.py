@@ -229,7 +229,7 @@ class TestApi(JvpTestCase):
     a, b, ta, tb = pos(4), pos(4), rand(4), rand(4)
     A, B, TA, TB = T(a), T(b), T(ta), T(tb)
     for op, want in [(Ops.SUB, ta - tb), (Ops.FDIV, ta/b - a*tb/b**2)]:
-      with self.subTest(op=op):
+      with self.subTest(op=op.name):
         # a raw FDIV runs only where the renderer has code for it (the C renderers; not the PYTHON emulator, upstream's as ours)
         if op not in Device[Device.DEFAULT].renderer.code_for_op: self.skipTest(f"{Device.DEFAULT}'s renderer has no code for {op}")
         got = jvp_uops([UOp(op, dtypes.float64, (A.uop, B.uop))], [A.uop, B.uop], [TA.uop, TB.uop])[0]
