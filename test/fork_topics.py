@@ -13,3 +13,9 @@ def skip_module_unless(*topics:str) -> None:
   if missing := [t for t in topics if not applied(t)]:
     raise unittest.SkipTest(f"tests the {', '.join(missing)} topic patch{'es' if len(missing) > 1 else ''}, which the materialized "
                             f"series ({fork.materialized_series(fork.ROOT)}) leaves out")
+
+def skip_unless(*topics:str):
+  """a test class's decorator: skip it when one of the topics isn't applied (the module's other tests run)"""
+  missing = [t for t in topics if not applied(t)]
+  return unittest.skipIf(bool(missing), f"tests the {', '.join(missing)} topic patch, which the materialized series "
+                                        f"({fork.materialized_series(fork.ROOT)}) leaves out")

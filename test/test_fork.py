@@ -208,7 +208,7 @@ class TestRepo(unittest.TestCase):
   def test_vmap_series_leaves_out_only_the_performance_topics(self):
     full, vmap = fork.series_topics(ROOT), fork.series_topics(ROOT, "vmap")
     self.assertEqual(full[:len(vmap)], vmap)
-    self.assertEqual(full[len(vmap):], ["cpu-codegen", "first-call", "eager-cost"])
+    self.assertEqual(full[len(vmap):], ["cpu-codegen", "first-call", "eager-cost", "gpu-heuristics"])
 
 class TestWheel(unittest.TestCase):
   def test_pip_install_into_venv(self):

@@ -12,6 +12,7 @@ from tinygrad.renderer.cstyle import CUDARenderer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT/"bench"))
 from workloads import WORKLOADS  # noqa: E402
+from fork_topics import skip_unless  # noqa: E402
 
 def cuda_kernels(*outs:Tensor) -> list:
   """each kernel of the schedule as the CUDA renderer (sm_80) builds it: launch dims, the heuristic's opts, the source"""
@@ -25,6 +26,18 @@ def workload_kernels(name:str, batched:bool) -> list:
   ts = [Tensor(a, requires_grad=True if i in grad else None).realize() for i, a in enumerate(args)]
   out = w.tg_vmap(vmap, w.tg)(*ts) if batched else w.tg_hand(*ts)
   return cuda_kernels(*(out if isinstance(out, tuple) else (out,)))
+
+def emulated_row_reduce(rows:int, setup:str="") -> float:
+  """PYTHON=1 EMULATE=CUDA: the CUDA renderer's kernel choices for a vmapped row reduce, executed by the emulator: its max error"""
+  code = (f"import json, numpy as np\n{setup}\nfrom tinygrad import Tensor, vmap\n"
+          f"x = np.random.default_rng(1).standard_normal(({rows}, 40)).astype(np.float32)\n"
+          "got = vmap(lambda r: (r * r).sum() * 2 + r.max())(Tensor(x)).numpy()\n"
+          "print(json.dumps(float(np.abs(got - ((x.astype(np.float64)**2).sum(1)*2 + x.max(1))).max())))")
+  env = {k:v for k,v in os.environ.items() if k not in {"CPU", "CL", "METAL", "CUDA", "AMD", "NV", "LLVM", "DEBUG"}}
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                     env={**env, "PYTHON": "1", "EMULATE": "CUDA", "PYTHONPATH": str(ROOT)})
+  assert r.returncode == 0, r.stderr
+  return json.loads(r.stdout.strip().splitlines()[-1])
 
 class TestCUDAKernels(unittest.TestCase):
   def test_vmap_kernels_are_the_hand_batched_ones(self):
@@ -47,16 +60,34 @@ class TestCUDAKernels(unittest.TestCase):
     self.assertLessEqual(max(int(n) for n in re.findall(r"for \(int \w+ = 0; \w+ < (\d+);", p[0].src)), 64)
     self.assertGreaterEqual(prod(p[0].global_size) * prod(p[0].local_size), 4096 // 4)   # at most 4 rows a thread (UPCAST 4)
 
-  def test_runs_on_the_emulator_with_cuda_heuristics(self):
-    # PYTHON=1 EMULATE=CUDA: the CUDA renderer's kernel choices, executed by the emulator, against numpy
-    code = ("import json, numpy as np\nfrom tinygrad import Tensor, vmap\nx = np.random.default_rng(1).standard_normal((96, 40)).astype(np.float32)\n"
-            "got = vmap(lambda r: (r * r).sum() * 2 + r.max())(Tensor(x)).numpy()\n"
-            "print(json.dumps(float(np.abs(got - ((x.astype(np.float64)**2).sum(1)*2 + x.max(1))).max())))")
-    env = {k:v for k,v in os.environ.items() if k not in {"CPU", "CL", "METAL", "CUDA", "AMD", "NV", "LLVM", "DEBUG"}}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       env={**env, "PYTHON": "1", "EMULATE": "CUDA", "PYTHONPATH": str(ROOT)})
-    self.assertEqual(r.returncode, 0, r.stderr)
-    self.assertLess(json.loads(r.stdout.strip().splitlines()[-1]), 1e-3)
+  def test_runs_on_the_emulator_with_cuda_heuristics(self): self.assertLess(emulated_row_reduce(96), 1e-3)
+
+@skip_unless("gpu-heuristics")
+class TestGPURowReduce(unittest.TestCase):
+  """heuristic_gpu.gpu_row_reduce: many short rows reduced take a thread a row, 32 rows a block, 16-byte loads (timed on an H200:
+  bench/RESULTS-gpu.md); fewer rows or long ones keep upstream's MATVEC/GROUPTOP"""
+  def opts(self, x:Tensor, fn, in_axes=0) -> list[str]:
+    (p,) = cuda_kernels(vmap(fn, in_axes=in_axes)(x))
+    return [f"{o.op.name} {o.axis} {o.arg}" for o in p.applied_opts]
+
+  def test_many_short_rows(self):
+    # bench W1 at the GPU table's N: a sum and a max, each its own reduce range over the row, both read as float4
+    self.assertEqual(self.opts(Tensor.empty(1 << 20, 64), lambda r: (r * r).sum() * 2 + r.max()), ["LOCAL 0 32", "UNROLL 0 4", "UNROLL 1 4"])
+
+  def test_few_rows_keep_matvec(self):
+    self.assertEqual(self.opts(Tensor.empty(4096, 64), lambda r: (r * r).sum()), ["GROUP 0 8", "LOCAL 0 4", "UPCAST 0 4"])
+
+  def test_long_rows_keep_matvec(self):
+    self.assertIn("GROUP 0 8", self.opts(Tensor.empty(1 << 17, 512), lambda r: (r * r).sum()))
+
+  def test_strided_rows_keep_the_generic_rules(self):
+    # the examples are columns: the reduce runs down one (stride 1 << 17), no vector load to gain
+    self.assertNotEqual(self.opts(Tensor.empty(64, 1 << 17), lambda r: (r * r).sum(), in_axes=1), ["LOCAL 0 32", "UNROLL 0 4"])
+
+  def test_emulated(self):
+    # the rule's kernel executed (the row count it needs lowered to the emulator's scale): numpy's answer
+    setup = "import tinygrad.codegen.opt.heuristic_gpu as h; h.ROWS_MIN = 64"
+    self.assertLess(emulated_row_reduce(128, setup), 1e-3)
 
 if __name__ == "__main__":
   unittest.main()

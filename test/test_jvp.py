@@ -5,7 +5,7 @@ import numpy as np
 from tinygrad import Tensor, Device, dtypes, vmap
 from tinygrad.uop.ops import UOp, Ops, AxisType
 from tinygrad.jvp import jvp, jvp_tensors, jvp_uops, primitive_jvps
-from vmap_oracle import VmapTestCase, rand, np_loop, np_softmax
+from vmap_oracle import VmapTestCase, rand, np_loop, np_softmax, skip_without_cpu_devices
 
 H = 1e-5   # float64 central differences: truncation ~H**2, rounding ~1e-16/H, both well under the 1e-6 tolerance
 
@@ -149,6 +149,7 @@ class TestStructural(JvpTestCase):
     # softmax detaches its max: the tangent still is softmax's (the max only shifts, it cancels)
     self.check(lambda x: x.softmax(0), rand(6), df=lambda x, t: (s:=np_softmax(x))*(t - (s*t).sum()))
   def test_multi(self):
+    skip_without_cpu_devices()
     # sharded primal and tangent (MULTI), and a shard inside the function (COPY, SHRINK on a DEFINE_VAR, MULTI)
     x, t, devs = rand(4, 3), rand(4, 3), ("CPU:0", "CPU:1")
     _, dy = jvp(lambda a: (a.sin()*a).sum(1), (T(x).shard(devs, axis=0),), (T(t).shard(devs, axis=0),))

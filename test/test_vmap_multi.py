@@ -3,8 +3,10 @@ result sharded on the output's batch axis. Against numpy loops over examples, on
 import unittest
 import numpy as np
 from tinygrad import Tensor, vmap
-from vmap_oracle import VmapTestCase, rand, batched, np_loop, np_softmax, kernels, set_items
+from vmap_oracle import VmapTestCase, rand, batched, np_loop, np_softmax, kernels, set_items, skip_without_cpu_devices
 from test_vmap import Constructs
+
+setUpModule = skip_without_cpu_devices
 
 def devices(n:int) -> tuple[str, ...]: return tuple(f"CPU:{i}" for i in range(n))
 

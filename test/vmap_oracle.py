@@ -1,11 +1,23 @@
 """Shared helpers for the vmap tests: random data, the VMAPIN/VMAPOUT bracket, and the independent oracle (a numpy loop over examples)."""
-import unittest
+import functools, os, unittest
 import numpy as np
-from tinygrad import Tensor, GlobalCounters
+from tinygrad import Tensor, GlobalCounters, Device
 from tinygrad.uop.ops import AxisType
 from tinygrad.vmap import vmap_range, varg
 
 RNG = np.random.default_rng(20261122)
+
+@functools.cache
+def cpu_devices_missing() -> str|None:
+  """why the CPU devices that the sharded tests shard over (CPU:0, CPU:1, ...: one GPU has no second device) can't build a kernel on this
+  machine, or None. A GPU machine may lack clang, tinygrad's CPU compiler"""
+  try: Device["CPU"].compiler.compile("void probe(void) {}")
+  except Exception as e: return f"the CPU devices these tests shard over can't compile here (CC={os.environ.get('CC', 'clang')}: {type(e).__name__})"
+  return None
+
+def skip_without_cpu_devices():
+  """setUpModule of a module whose tests shard over CPU devices"""
+  if (why:=cpu_devices_missing()) is not None: raise unittest.SkipTest(why)
 
 def rand(*shape:int) -> np.ndarray:
   """float64 standard normal data: every example differs, so 'last batch wins' can't pass"""

@@ -21,11 +21,11 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1
 } > "$OUT/report.md"
 
 # 1. the bench table: W1-W6 at 10x the CPU table's N on the GPU, every row checked against numpy; the BEAM rows last, cut at BENCH_S
-start=$(date +%s)
+start=$(date +%s); touch "$OUT/.bench-start"
 write=$([ "$GPU" = CPU ] || echo --write)   # a try-out on the CPU leaves bench/RESULTS-gpu.md alone
 timeout $((BENCH_S + 30)) python3 bench/run.py --device "$GPU" $write --repeats 7 --deadline "$BENCH_S" $BENCH_ARGS > "$OUT/bench.log" 2>&1; brc=$?
 { echo; echo "## bench/run.py --device $GPU: exit $brc in $(( $(date +%s) - start )) s"; echo
-  if [ -f bench/RESULTS-gpu.md ] && [ bench/RESULTS-gpu.md -nt "$OUT/report.md" ]; then
+  if [ -f bench/RESULTS-gpu.md ] && [ bench/RESULTS-gpu.md -nt "$OUT/.bench-start" ]; then
     cp bench/RESULTS-gpu.md bench/results-gpu.json "$OUT/"; sed -n '/^| workload/,/^$/p' bench/RESULTS-gpu.md
   else echo '```'; tail -40 "$OUT/bench.log"; echo '```'; fi; } >> "$OUT/report.md"
 
