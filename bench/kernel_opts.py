@@ -44,7 +44,7 @@ def main():
   ap.add_argument("--kernel", type=int, default=-1); ap.add_argument("--scale", type=int, default=1, help="N times the workload's n")
   ap.add_argument("--grid", action="store_true"); ap.add_argument("--beam", action="store_true"); ap.add_argument("--top", type=int, default=10)
   ap.add_argument("--seconds", type=float, default=120)
-  a = ap.parse_args()
+  a = ap.parse_intermixed_args()   # opt lists before or after the flags
   w, dev = WORKLOADS[a.workload], Device[Device.DEFAULT]
   n = w.n * a.scale
   xs = [Tensor(x).realize() for x in w.inputs(n, np.random.default_rng(0))]
