@@ -15,13 +15,14 @@ class ForkCopy:
     (self.root/"tools").mkdir(parents=True)
     shutil.copy(ROOT/"tools"/"fork.py", self.root/"tools")
     shutil.copy(ROOT/"pyproject.toml", self.root)
-    (self.root/"patches").mkdir()
+    self.pdir = self.root/fork.pin(ROOT)["patches"]   # the line's patches dir (UPSTREAM= picks the line, as for make)
+    self.pdir.mkdir()
     self.env = {**os.environ, "FORK_CACHE":str(fork.cache_dir(ROOT))}
   def run(self, *args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(self.root/"tools"/"fork.py"), *args], env=self.env, capture_output=True, text=True)
   def edit(self, path=OPS, line="# an edit\n"): (f := self.root/path).write_text(f.read_text() + line)
-  def patch(self, topic="alpha") -> Path: return self.root/"patches"/f"{topic}.patch"
-  def series(self) -> list[str]: return (self.root/"patches"/"series").read_text().split()
+  def patch(self, topic="alpha") -> Path: return self.pdir/f"{topic}.patch"
+  def series(self) -> list[str]: return (self.pdir/"series").read_text().split()
   def describe(self, topic="alpha", msg="alpha: a test topic\n\nwhy it exists"):
     """give a new topic's patch a message in place of its TODO"""
     txt = self.patch(topic).read_text()
@@ -120,7 +121,7 @@ class TestForkTool(unittest.TestCase):
     self.new_topic()
     fresh = ForkCopy(Path(self.tmp.name)/"fresh")
     shutil.copy(self.repo.patch(), fresh.patch())
-    shutil.copy(self.repo.root/"patches"/"series", fresh.root/"patches"/"series")
+    shutil.copy(self.repo.pdir/"series", fresh.pdir/"series")
     self.assertEqual(fresh.run("fork").returncode, 0)
     self.assertEqual((fresh.root/OPS).read_bytes(), (self.repo.root/OPS).read_bytes())
 
@@ -136,7 +137,7 @@ class TestForkTool(unittest.TestCase):
   def test_subset_series_stops_at_its_marker(self):
     self.new_topic("alpha", OPS, "# alpha's line\n")
     self.new_topic("beta", "tinygrad/helpers.py", "# beta's line\n")
-    (self.repo.root/"patches"/"series").write_text("# a comment\nalpha\n[small]\nbeta\n")
+    (self.repo.pdir/"series").write_text("# a comment\nalpha\n[small]\nbeta\n")
     self.assertEqual(self.repo.run("fork", "--series", "small").returncode, 0)
     self.assertTrue((self.repo.root/OPS).read_text().endswith("# alpha's line\n"))
     self.assertEqual((self.repo.root/"tinygrad/helpers.py").read_bytes(), (self.pristine/"tinygrad/helpers.py").read_bytes())
@@ -156,29 +157,29 @@ class TestForkTool(unittest.TestCase):
     (f := self.repo.root/OPS).write_text(f.read_text().replace("# alpha's line\n", "# beta's version\n"))
     self.assertEqual(self.repo.run("patches", "--topic", "beta").returncode, 0)
     self.assertEqual(self.repo.series(), ["alpha", "beta"])
-    (self.repo.root/"patches"/"series").write_text("beta\nalpha\n")
+    (self.repo.pdir/"series").write_text("beta\nalpha\n")
     r = self.repo.run("fork", "--force")
     self.assertEqual(r.returncode, 1)
-    self.assertIn("patches/beta.patch does not apply on pristine upstream", r.stderr)
+    self.assertIn(f"{self.repo.pdir.name}/beta.patch does not apply on pristine upstream", r.stderr)
 
   def test_new_patch_from_pull_is_not_an_edit(self):
     # patches/ changing under a materialized tree (git pull) must re-materialize, not be mistaken for a local edit
     self.new_topic()
-    patch, series = self.repo.patch().read_text(), (self.repo.root/"patches"/"series").read_text()
+    patch, series = self.repo.patch().read_text(), (self.repo.pdir/"series").read_text()
     self.repo.patch().unlink()
-    (self.repo.root/"patches"/"series").write_text("")
+    (self.repo.pdir/"series").write_text("")
     self.assertEqual(self.repo.run("fork", "--force").returncode, 0)
     self.repo.patch().write_text(patch)
-    (self.repo.root/"patches"/"series").write_text(series)
+    (self.repo.pdir/"series").write_text(series)
     self.assertEqual(self.repo.run("fork").returncode, 0)
     self.assertTrue((self.repo.root/OPS).read_text().endswith("# an edit\n"))
 
   def test_series_and_patches_must_agree(self):
     self.new_topic()
-    (self.repo.root/"patches"/"orphan.patch").write_text("x")
-    self.assertIn("patches/orphan.patch: not in patches/series", self.repo.run("check").stdout)
-    (self.repo.root/"patches"/"orphan.patch").unlink()
-    (self.repo.root/"patches"/"series").write_text("alpha\nmissing\n")
+    (self.repo.pdir/"orphan.patch").write_text("x")
+    self.assertIn(f"{(d := self.repo.pdir.name)}/orphan.patch: not in {d}/series", self.repo.run("check").stdout)
+    (self.repo.pdir/"orphan.patch").unlink()
+    (self.repo.pdir/"series").write_text("alpha\nmissing\n")
     self.assertIn("missing.patch is missing", self.repo.run("check").stdout)
 
   def test_sha256_mismatch_is_a_hard_error(self):

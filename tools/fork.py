@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
 """The fork tool: tinygrad-vmap is pristine upstream tinygrad (pinned in pyproject.toml) plus an ordered series of topic patches.
+pyproject.toml pins several upstream lines (versions), each with its own series in its own patches dir; a command works on the
+default line, or on UPSTREAM=<version> (the environment: make passes its UPSTREAM= through). Below, patches/ is the line's dir.
 
   fork.py fork [--force] [--series S]  materialize pristine + the series into tinygrad/ (refuses to overwrite edits not exported)
   fork.py patches [--topic T]          export edits under tinygrad/ into the topics they belong to, then rewrite patches/
@@ -16,7 +18,8 @@ PR description. Git does the work in a work repo, .cache/work: pristine upstream
 topic applied with `git am` (tag `topic/T`). `patches` turns edits into `fixup!` commits of the topic that last touched the edited
 lines (git blame), or of --topic T, squashes them with `git rebase --autosquash` and writes every topic back with `git format-patch`.
 A change that moves code between topics is easier as a rebase by hand: `git -C .cache/work rebase -i upstream`, `edit` the topics,
-then `export`. Downloads go through pip and are checked against the pinned sha256; FORK_CACHE overrides where they are kept (default .cache/upstream).
+then `export`. Another line's work repo is .cache/work-VERSION. Downloads go through pip and are checked against the pinned sha256;
+FORK_CACHE overrides where they are kept (default .cache/upstream).
 """
 import hashlib, io, json, os, re, shutil, subprocess, sys, tarfile, tempfile, tomllib, zipfile
 from pathlib import Path
@@ -33,7 +36,17 @@ NEW_TOPIC = "{topic}: TODO say what this topic changes and why, the way a tinygr
 class ForkError(Exception): pass
 
 def sha256(b:bytes) -> str: return hashlib.sha256(b).hexdigest()
-def pin(root:Path) -> dict: return tomllib.loads((root/"pyproject.toml").read_text())["tool"]["fork"]["upstream"]
+def fork_config(root:Path) -> dict: return tomllib.loads((root/"pyproject.toml").read_text())["tool"]["fork"]
+def upstream_line(root:Path) -> str:
+  """the upstream version this command works on: UPSTREAM=<version>, else pyproject.toml's default line"""
+  cfg = fork_config(root)
+  if (v := os.environ.get("UPSTREAM") or cfg["default"]) not in cfg["upstream"]:
+    raise ForkError(f"no upstream line {v!r}: pyproject.toml pins {', '.join(cfg['upstream'])} (UPSTREAM=<one of them>)")
+  return v
+def is_default_line(root:Path) -> bool: return upstream_line(root) == fork_config(root)["default"]
+def pin(root:Path) -> dict: return fork_config(root)["upstream"][upstream_line(root)]
+def patches_dir(root:Path) -> Path: return root/pin(root)["patches"]
+def rel(root:Path, p:Path) -> str: return str(p.relative_to(root))
 def cache_dir(root:Path) -> Path: return Path(os.environ.get("FORK_CACHE", root/".cache"/"upstream")).resolve()
 
 def fetch(root:Path, kind:str) -> Path:
@@ -82,22 +95,22 @@ def upstream_files(pdir:Path) -> list[str]: return sorted(str(f.relative_to(pdir
 def read_series(root:Path) -> tuple[list[str], dict[str, int]]:
   """the topics of patches/series in order, and for each named subset `[S]` how many topics it takes"""
   topics, subsets = [], {}
-  if not (f := root/"patches"/"series").exists(): return topics, subsets
+  if not (f := patches_dir(root)/"series").exists(): return topics, subsets
   for n, line in enumerate(f.read_text().splitlines(), 1):
     if not (line := line.split("#", 1)[0].strip()): continue
     if m := re.fullmatch(r"\[([\w.-]+)\]", line): subsets[m.group(1)] = len(topics)
     elif re.fullmatch(r"[\w.-]+", line) and line not in topics: topics.append(line)
-    else: raise ForkError(f"patches/series line {n}: {line!r} is not a topic name (letters, digits, . _ -) used once, nor a [subset]")
+    else: raise ForkError(f"{rel(root, f)} line {n}: {line!r} is not a topic name (letters, digits, . _ -) used once, nor a [subset]")
   return topics, subsets
 
 def series_topics(root:Path, series:str=FULL) -> list[str]:
   topics, subsets = read_series(root)
   if series == FULL: return topics
-  if series not in subsets: raise ForkError(f"no series {series!r}: patches/series defines {', '.join([FULL, *subsets])}")
+  if series not in subsets: raise ForkError(f"no series {series!r}: {rel(root, patches_dir(root))}/series defines {', '.join([FULL, *subsets])}")
   return topics[:subsets[series]]
 
-def patch_path(root:Path, topic:str) -> Path: return root/"patches"/f"{topic}.patch"
-def patch_files(root:Path) -> list[Path]: return sorted((root/"patches").glob("*.patch"))
+def patch_path(root:Path, topic:str) -> Path: return patches_dir(root)/f"{topic}.patch"
+def patch_files(root:Path) -> list[Path]: return sorted(patches_dir(root).glob("*.patch"))
 def message_of(patch:Path) -> str:
   """the commit message of a format-patch file: the subject and the body before the diff"""
   txt = patch.read_text()
@@ -113,7 +126,7 @@ def git(cwd:Path, *args, input:str|None=None, check=True) -> str:
   if check and r.returncode != 0: raise ForkError(f"git {' '.join(args)} failed in {cwd}:\n{r.stdout}{r.stderr}")
   return r.stdout
 
-def work_dir(root:Path) -> Path: return root/".cache"/"work"
+def work_dir(root:Path) -> Path: return root/".cache"/("work" if is_default_line(root) else f"work-{upstream_line(root)}")
 def series_key(root:Path) -> str:
   topics, _ = read_series(root)
   parts = [pin(root)["wheel"]["sha256"], *(t + ":" + (sha256(patch_path(root, t).read_bytes()) if patch_path(root, t).exists() else "-") for t in topics)]
@@ -124,7 +137,8 @@ def build_work(root:Path) -> Path:
   work, key = work_dir(root), series_key(root)
   if (work/".git"/"fork-key").exists() and (work/".git"/"fork-key").read_text() == key and not git(work, "status", "--porcelain"): return work
   topics, _ = read_series(root)
-  if missing := [t for t in topics if not patch_path(root, t).exists()]: raise ForkError(f"patches/series names {missing[0]}, but patches/{missing[0]}.patch is missing")
+  if missing := [t for t in topics if not patch_path(root, t).exists()]:
+    raise ForkError(f"{rel(root, patches_dir(root))}/series names {missing[0]}, but {rel(root, patch_path(root, missing[0]))} is missing")
   shutil.rmtree(work, ignore_errors=True)
   work.mkdir(parents=True)
   git(work, "init", "-q")
@@ -139,7 +153,7 @@ def build_work(root:Path) -> Path:
     if r.returncode != 0:
       git(work, "am", "--abort", check=False)
       shutil.rmtree(work, ignore_errors=True)
-      raise ForkError(f"patches/{t}.patch does not apply on {prev} (patches/series order):\n{r.stdout}{r.stderr}")
+      raise ForkError(f"{rel(root, patch_path(root, t))} does not apply on {prev} (its series order):\n{r.stdout}{r.stderr}")
     git(work, "tag", f"topic/{t}")
     prev = f"topic {t}"
   (work/".git"/"fork-key").write_text(key)
@@ -191,7 +205,7 @@ def cmd_fork(root:Path, force=False, series:str|None=None) -> None:
     if not (root/f).exists() or (root/f).read_bytes() != b: (root/f).parent.mkdir(parents=True, exist_ok=True); (root/f).write_bytes(b)
   if not (gi := root/PKG/".gitignore").exists() or gi.read_text() != gitignore(list(exp)): gi.write_text(gitignore(list(exp)))
   state_file(root).parent.mkdir(parents=True, exist_ok=True)
-  state_file(root).write_text(json.dumps({"series":series, "topics":series_topics(root, series),
+  state_file(root).write_text(json.dumps({"line":upstream_line(root), "series":series, "topics":series_topics(root, series),
                                           "files":{f:sha256(b) for f, b in exp.items()}}, indent=0, sort_keys=True))
 
 # *** exporting edits
@@ -243,15 +257,16 @@ def cmd_patches(root:Path, topic:str|None=None) -> list[str]:
   write_patches(root, work, order)
   if dropped := [t for t in full if t not in order]:  # reverted whole: no patch, no line in patches/series
     for t in dropped: patch_path(root, t).unlink()
-    (sf := root/"patches"/"series").write_text("".join(l for l in sf.read_text().splitlines(keepends=True) if l.split("#", 1)[0].strip() not in dropped))
+    (sf := patches_dir(root)/"series").write_text("".join(l for l in sf.read_text().splitlines(keepends=True) if l.split("#", 1)[0].strip() not in dropped))
   if new := [t for t in order if t not in full]:  # a new topic goes after the materialized series' last topic, in every subset it is in
-    lines = (root/"patches"/"series").read_text().splitlines(keepends=True) if (root/"patches"/"series").exists() else []
+    lines = (patches_dir(root)/"series").read_text().splitlines(keepends=True) if (patches_dir(root)/"series").exists() else []
     out, seen = [], 0
     for line in lines:
       if seen == len(topics) and new: out += [t + "\n" for t in new]; new = []
       out.append(line)
       if (name := line.split("#", 1)[0].strip()) and not name.startswith("["): seen += 1
-    (root/"patches"/"series").write_text("".join(out + [t + "\n" for t in new]))
+    patches_dir(root).mkdir(exist_ok=True)
+    (patches_dir(root)/"series").write_text("".join(out + [t + "\n" for t in new]))
   cmd_fork(root, series=series)  # rebuild the work repo from patches/ and re-materialize, so the recorded state matches them
   return sorted(by_topic)
 
@@ -301,13 +316,16 @@ def squash_edits(root:Path, work:Path, by_topic:dict[str, list[tuple[str, str]]]
 def cmd_check(root:Path, series:str|None=None) -> list[str]:
   series = series or materialized_series(root)
   topics = read_series(root)[0]
-  problems = [f"patches/{p.name}: not in patches/series" for p in patch_files(root) if p.stem not in topics]
-  problems += [f"patches/series names {t}, but patches/{t}.patch is missing" for t in topics if not patch_path(root, t).exists()]
+  pd = rel(root, patches_dir(root))
+  problems = [f"{pd}/{p.name}: not in {pd}/series" for p in patch_files(root) if p.stem not in topics]
+  problems += [f"{pd}/series names {t}, but {pd}/{t}.patch is missing" for t in topics if not patch_path(root, t).exists()]
   if problems: return problems
   exp = expected(root, series)
-  problems += [f"{f}: differs from pristine + patches/ ({series} series; run `make patches`, or `make fork` if it is not materialized)"
-               for f in dirty(root, exp)]
-  problems += [f"patches/{t}.patch: its message still says TODO" for t in topics if "TODO" in message_of(patch_path(root, t))]
+  problems += [f"{f}: differs from pristine {upstream_line(root)} + {pd}/ ({series} series; run `make patches`, or `make fork` if it is not "
+               "materialized)" for f in dirty(root, exp)]
+  problems += [f"{pd}/{t}.patch: its message still says TODO" for t in topics if "TODO" in message_of(patch_path(root, t))]
+  if (line := load_state(root).get("line", fork_config(root)["default"])) != upstream_line(root):
+    problems.append(f"{PKG}/ holds the {line} line, not {upstream_line(root)}: run `make fork UPSTREAM={upstream_line(root)}`")
   if (gi := root/PKG/".gitignore").exists() and gi.read_text() != gitignore(list(exp)): problems.append(f"{PKG}/.gitignore: stale (run `make fork`)")
   return problems
 
@@ -326,12 +344,13 @@ def main(argv:list[str]) -> int:
   try:
     if a.cmd == "fork":
       cmd_fork(root, force=a.force, series=a.series or None)
-      print(f"materialized {PKG}/ from pristine + {len(series_topics(root, a.series or FULL))} topic patches ({a.series or FULL} series)")
+      print(f"materialized {PKG}/ from pristine {upstream_line(root)} + {len(series_topics(root, a.series or FULL))} topic patches "
+            f"({a.series or FULL} series of {rel(root, patches_dir(root))}/)")
     elif a.cmd == "patches": print(f"exported edits into {len(changed := cmd_patches(root, a.topic or None))} topics" + "".join(f"\n  {t}" for t in changed))
     elif a.cmd == "check":
       if problems := cmd_check(root, a.series or None): print("check-patches: FAILED\n  " + "\n  ".join(problems)); return 1
       print(f"check-patches: OK ({len(series_topics(root, a.series or materialized_series(root)))} topic patches)")
-    elif a.cmd == "export": cmd_export(root); print(f"exported the work repo's {len(read_series(root)[0])} topics into patches/")
+    elif a.cmd == "export": cmd_export(root); print(f"exported the work repo's {len(read_series(root)[0])} topics into {rel(root, patches_dir(root))}/")
     elif a.cmd == "topics": print("\n".join(series_topics(root, a.series or FULL)))
     elif a.cmd == "pristine": print(pristine(root))
     elif a.cmd == "sdist": print(sdist(root))

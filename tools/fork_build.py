@@ -4,6 +4,9 @@ from setuptools.build_meta import *  # noqa: F403 (the hooks this backend does n
 import fork
 
 def _materialize():
+  if not fork.is_default_line(fork.ROOT):   # the wheel's version names the default line (pyproject.toml's [project] version)
+    raise SystemExit(f"tinygrad-vmap build: `pip install .` builds the default upstream line, {fork.fork_config(fork.ROOT)['default']}; "
+                     f"unset UPSTREAM (a {fork.upstream_line(fork.ROOT)} wheel comes when that line becomes the default)")
   try: fork.cmd_fork(fork.ROOT)
   except fork.ForkError as e: raise SystemExit(f"tinygrad-vmap build: {e}") from None
 

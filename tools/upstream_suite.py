@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Run upstream tinygrad's own test suite (the pinned sdist's test/*.py) and compare it with vanilla 0.12.0.
+"""Run upstream tinygrad's own test suite (the pinned sdist's test/*.py) and compare it with vanilla upstream of the same line.
 
-  upstream_suite.py baseline [--runs N]   run the suite N times (default 2) on pristine upstream, record test/upstream/vanilla.json
+  upstream_suite.py baseline [--runs N]   run the suite N times (default 2) on pristine upstream, record test/upstream/vanilla-VERSION.json
   upstream_suite.py check                 run the suite on the fork; fail on failures that vanilla does not have
+The line is the fork tool's: pyproject.toml's default, or UPSTREAM=<version>.
 
 Outcomes depend a little on which tests share an xdist worker, so the baseline keeps tests whose outcome varied between vanilla runs
 in a flaky list: the comparison reports them but does not fail on them.
@@ -13,7 +14,8 @@ from pathlib import Path
 import fork
 
 ROOT = fork.ROOT
-BASELINE = ROOT/"test"/"upstream"/"vanilla.json"
+LINE = fork.upstream_line(ROOT)
+BASELINE = ROOT/"test"/"upstream"/f"vanilla-{LINE}.json"
 BAD = {"failed", "error"}
 TIMEOUT = 40*60  # about 4 minutes is usual on 2 cores
 # not run: they fail on this machine in vanilla too (clang 14 has no __bf16 on x86), but only after minutes of hypothesis examples
@@ -28,12 +30,13 @@ def run_suite(pkg_parent:Path) -> dict[str, str]:
     shutil.copy(sdist/"pyproject.toml", tmp)
     (Path(tmp)/"path").mkdir()
     (Path(tmp)/"path"/"tinygrad").symlink_to(pkg_parent/"tinygrad")
-    env = {**os.environ, "PYTHONPATH":str(Path(tmp)/"path"), "CPU":"1", "PYTHONDONTWRITEBYTECODE":"1"}
+    env = {**{k:v for k,v in os.environ.items() if k not in ("CPU", "DEV")}, "PYTHONPATH":str(Path(tmp)/"path"), **fork.pin(ROOT)["cpu_env"],
+           "PYTHONDONTWRITEBYTECODE":"1"}
     # a timeout must fail the test, not kill the xdist worker (upstream's thread method does os._exit, and xdist then hangs)
     cmd = [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-v", "-p", "no:cacheprovider", "--junitxml", "junit.xml",
            "-o", "timeout_method=signal", *[f"--deselect={t}" for t in DESELECT],
            *sorted(str(p.relative_to(tmp)) for p in (Path(tmp)/"test").glob("test_*.py"))]
-    print(f"upstream suite: tinygrad from {pkg_parent}", flush=True)
+    print(f"upstream suite {LINE}: tinygrad from {pkg_parent}", flush=True)
     st = time.perf_counter()
     log = fork.cache_dir(ROOT)/f"upstream-suite-{pkg_parent.name}.log"
     try:
@@ -78,7 +81,7 @@ def cmd_check() -> int:
   for title, ts in (("flaky in vanilla, failed here (not counted)", flaky), ("failing in vanilla, not failing here", fixed), ("NEW failures", new)):
     if ts: print(f"{title}: {len(ts)}" + "".join(f"\n  {t}" for t in ts))
   if new: return 1
-  print("upstream suite: no new failures versus vanilla 0.12.0")
+  print(f"upstream suite: no new failures versus vanilla {LINE}")
   return 0
 
 if __name__ == "__main__":

@@ -1,0 +1,32 @@
+"""On an upstream line the fork is still being ported to, what is not ported yet skips, with the reason docs/internals.md gives in its
+table of that line ("## The VERSION line"): the table is the one list, so no test is skipped without a line there saying why."""
+import re, sys
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT/"tools"))
+import fork  # noqa: E402
+
+def not_yet(line:str) -> dict[str, str]:
+  """{test file or node id: why} from the table under docs/internals.md's "## The {line} line" (none for a line without one)"""
+  text = (ROOT/"docs"/"internals.md").read_text()
+  if (m := re.search(rf"^## The {re.escape(line)} line\n(.*?)(?=^## |\Z)", text, re.M | re.S)) is None: return {}
+  return {r.group(1).strip(): r.group(2).strip() for r in re.finditer(r"^\| (test/[^|]+?) \| (.+) \|$", m.group(1), re.M)}
+
+NOT_YET = not_yet(fork.upstream_line(ROOT)) if not fork.is_default_line(ROOT) else {}
+
+class NotYetModule(pytest.Module):
+  """a test file the table names: skipped whole, before its imports (they need what is not ported)"""
+  def _getobj(self): raise pytest.skip.Exception(f"not yet on tinygrad {fork.upstream_line(ROOT)}: {self.reason}", allow_module_level=True)
+
+def pytest_pycollect_makemodule(module_path, parent):
+  if (why := NOT_YET.get(str(Path(module_path).relative_to(ROOT)))) is not None:
+    (mod := NotYetModule.from_parent(parent, path=Path(module_path))).reason = why
+    return mod
+  return None
+
+def pytest_collection_modifyitems(config, items):
+  for item in items:
+    if (why := NOT_YET.get(f"{Path(item.path).relative_to(ROOT)}::{item.nodeid.split('::', 1)[-1]}")) is not None:
+      item.add_marker(pytest.mark.skip(reason=f"not yet on tinygrad {fork.upstream_line(ROOT)}: {why}"))
