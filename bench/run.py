@@ -23,9 +23,13 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(ROOT/"tools"))
+import fork  # noqa: E402  (the upstream line: UPSTREAM=0.14.0 benches that line, whose fork rows wait for the port)
+LINE, DEFAULT_LINE = fork.upstream_line(ROOT), fork.is_default_line(ROOT)
 
 THREAD_ENV = {
-  "CPU": "1", "CPU_COUNT": "1",                # tinygrad: the CPU device; CPU_COUNT caps the THREAD opt (renderer global_max) at 1 thread
+  **fork.pin(ROOT)["cpu_env"],                 # tinygrad: the CPU device (CPU=1 on 0.12, DEV=CPU on 0.14)
+  "CPU_COUNT": "1", "NUM_CPU_THREADS": "1",    # caps the THREAD opt (renderer global_max) at 1 thread (0.12's name; 0.14's)
   "CCACHE": "0",                               # tinygrad: no disk cache of compiled kernels, so a first call pays its clang compile
   "IGNORE_BEAM_CACHE": "1",                    # ... nor of BEAM search results, so the BEAM row's first call pays its search
   "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -75,6 +79,11 @@ def device_env(device:str) -> dict[str, str]:
   return {device: "1", "CCACHE": "0", "IGNORE_BEAM_CACHE": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "JAX_ENABLE_X64": "0", "BENCH_DEVICE": device,
           "JAX_PLATFORMS": "cuda" if gpu else "cpu", "JAX_DEFAULT_MATMUL_PRECISION": "highest"}
 
+# the rows that need the fork's features: on a line not ported yet they are skipped, saying so
+FORK_IMPLS = {"vmap", "vmap_jit", "vmap_jit_2dev", "vmap_jit_beam", "vmap_jacfwd_jit", "pad_outer", "pad_loop", "pad_outer_vanilla"}
+def not_ported(impl:str) -> str|None:
+  return None if DEFAULT_LINE or impl not in FORK_IMPLS else f"skipped: not ported to tinygrad {LINE} yet (docs/internals.md, 'The {LINE} line')"
+
 def impls_of(w:str) -> dict[str, tuple[str, str]]:
   return {**IMPLS, **EXTRA_IMPLS.get(w, {}), **({"vmap_jit_beam": SHARDED_BEAM["vmap_jit_beam"]} if bench_device() else {})}
 
@@ -102,9 +111,12 @@ class TinygradHooks:
   """time spent scheduling (and schedule-cache hits/misses), in codegen (get_program) + clang (Compiler.compile_cached), and in clang
   alone, counted by wrapping tinygrad's functions from the outside (tinygrad itself is not edited)"""
   def __init__(self):
-    import tinygrad.tensor, tinygrad.engine.realize, tinygrad.engine.schedule as sched
+    import tinygrad.tensor, tinygrad.engine.realize
     from tinygrad.device import Compiler
     self.reset()
+    if not DEFAULT_LINE:   # another upstream line: its scheduler has other entry points; the rows' totals only
+      return
+    import tinygrad.engine.schedule as sched
     orig_sched, orig_program, orig_compile = tinygrad.tensor.complete_create_schedule_with_vars, tinygrad.engine.realize.get_program, \
       Compiler.compile_cached
     hooks = self
@@ -154,8 +166,8 @@ def hooks() -> TinygradHooks:
 
 def clear_tinygrad_caches():
   """the schedule cache and the method cache (compiled kernels) of this process: the next call schedules and compiles again"""
-  import tinygrad.engine.schedule, tinygrad.engine.realize
-  tinygrad.engine.schedule.schedule_cache.clear()
+  import importlib, tinygrad.engine.realize
+  importlib.import_module("tinygrad.engine.schedule" if DEFAULT_LINE else "tinygrad.schedule").schedule_cache.clear()
   tinygrad.engine.realize.method_cache.clear()
 
 def pad_vmap(fn, in_axes, axis_type, n:int):
@@ -191,6 +203,13 @@ def warm_up(calls:list, n:int):
   for t in building: t.join()
   for c in calls: c()
 
+def leaf(a, grad:bool):
+  """a realized input Tensor; requires_grad where it is asked for and Tensor takes it (0.14's Tensor has no requires_grad: its gradient
+  needs none)"""
+  import inspect
+  from tinygrad import Tensor
+  return (Tensor(a, requires_grad=True) if grad and "requires_grad" in inspect.signature(Tensor.__init__).parameters else Tensor(a)).realize()
+
 def tinygrad_impl(w, impl:str, args_np, n:int):
   """call() runs one call of the implementation to completion and returns its outputs (Tensors)"""
   import numpy as np
@@ -200,7 +219,7 @@ def tinygrad_impl(w, impl:str, args_np, n:int):
   if impl.startswith("vmap"): from tinygrad import vmap, jacfwd   # the other rows also run on vanilla upstream
   dev = Device[Device.DEFAULT]
   grad_args = w.extra.get("requires_grad", ())
-  def tensor(a, i): return Tensor(a, requires_grad=True if i in grad_args else None).realize()
+  def tensor(a, i): return leaf(a, i in grad_args)
   ts = [tensor(a, i) for i, a in enumerate(args_np)]
   def finish(out):
     outs = out if isinstance(out, tuple) else (out,)
@@ -355,9 +374,7 @@ def run_row(task:dict) -> dict:
   row["n_run"] = n_run
   if fw == "tinygrad":
     from tinygrad import GlobalCounters, Tensor
-    import tinygrad.engine.schedule as sched
-    from tinygrad.helpers import CPU_COUNT
-    row["threads"] = f"CPU_COUNT={CPU_COUNT.value}"
+    row["threads"] = ", ".join(f"{k}={os.environ.get(k)}" for k in ("CPU_COUNT", "NUM_CPU_THREADS") if os.environ.get(k))
     h = hooks()
     if not quick: clear_tinygrad_caches()   # quick shares a process and its compiled kernels across rows: speed over cold first calls
     if impl == "loop":
@@ -433,7 +450,7 @@ def run_row(task:dict) -> dict:
       ex = [x if ax is None else x[0] for x, ax in zip(args_np, w.in_axes)] if not w.extra.get("pad_inner") else [args_np[0][0], args_np[1][0]]
       grad = w.extra.get("requires_grad", ())
       k0 = GlobalCounters.kernel_count
-      o = w.tg(*[Tensor(np.array(x), requires_grad=True if i in grad else None).realize() for i, x in enumerate(ex)])
+      o = w.tg(*[leaf(np.array(x), i in grad) for i, x in enumerate(ex)])
       k1 = GlobalCounters.kernel_count
       Tensor.realize(*(o if isinstance(o, tuple) else (o,)))
       row["kernels_one_example"] = GlobalCounters.kernel_count - k1
@@ -558,7 +575,7 @@ def show_source(wname:str, n:int|None, impls:list[str]):
   w = WORKLOADS[wname]
   args_np = w.inputs(n or w.n, np.random.default_rng(0))
   grad = w.extra.get("requires_grad", ())
-  ts = [Tensor(a, requires_grad=True if i in grad else None).realize() for i, a in enumerate(args_np)]
+  ts = [leaf(a, i in grad) for i, a in enumerate(args_np)]
   for impl in impls:
     f = {"vmap": w.tg_vmap(vmap, w.tg), "hand": w.tg_hand}[impl]
     out = f(*ts)
@@ -690,9 +707,9 @@ def main():
     w = WORKLOADS[wn]
     for impl, (label, fw) in impls_of(wn).items():
       if sel and impl not in sel: continue
-      if not available[fw]:
+      if not available[fw] or not_ported(impl):
         skipped.append({"workload": wn, "impl": impl, "label": label, "framework": fw, "n": w.size(quick) * (GPU_SCALE if a.device else 1),
-                        "status": f"skipped: {fw} is not installed" if fw != "vanilla" else "skipped: no pristine upstream 0.12.0"})
+                        "status": not_ported(impl) or (f"skipped: {fw} is not installed" if fw != "vanilla" else "skipped: no pristine upstream 0.12.0")})
         continue
       row_tasks.append({"kind": "row", "workload": wn, "impl": impl, "n": w.size(quick) * (GPU_SCALE if a.device else 1), "quick": quick,
                         "repeats": repeats, "warmup": warmup})
@@ -704,11 +721,11 @@ def main():
     for wn, impls in SCALING.items():
       if wn not in wls: continue
       for impl in impls:
-        if (sel and impl not in sel) or not available[impls_of(wn)[impl][1]]: continue
+        if (sel and impl not in sel) or not available[impls_of(wn)[impl][1]] or not_ported(impl): continue
         scale_tasks.append({"kind": "scale", "workload": wn, "impl": impl, "ns": SCALING_N_QUICK if quick else SCALING_N,
                             "repeats": repeats if quick else 7, "warmup": warmup, "quick": quick})
 
-  ab_tasks = [] if a.device or (sel and not {"vmap", "hand"} <= sel) else \
+  ab_tasks = [] if a.device or not DEFAULT_LINE or (sel and not {"vmap", "hand"} <= sel) else \
     [{"kind": "ab", "workload": wn, "n": WORKLOADS[wn].size(quick), "repeats": 3 if quick else 21, "warmup": 1 if quick else 3}
      for wn in (wls[:1] if quick else wls)]   # quick: one workload exercises the code
   row_tasks += ab_tasks
@@ -786,6 +803,17 @@ def main():
       (BENCH/"results-gpu-after.json").unlink(missing_ok=True)   # a later run of some rows: a new full run supersedes it
       write_gpu_results(data)
       print(f"wrote {BENCH/'RESULTS-gpu.md'}, {BENCH/'results-gpu.json'}")
+  elif write and not DEFAULT_LINE:   # another upstream line: its own table beside the default line's, which it leaves alone
+    data = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "line": LINE, "machine": machine(), "versions": versions(),
+            "thread_env": THREAD_ENV, "copy_gbps": bw, "rows": rows, "scaling": scale_rows, "errors": errors, "wrong": wrong}
+    (BENCH/f"results-{LINE}.json").write_text(json.dumps(data, indent=1))
+    m = data["machine"]
+    (BENCH/f"RESULTS-{LINE}.md").write_text("\n".join([
+      f"# vmap benchmark on tinygrad {LINE} (`make bench UPSTREAM={LINE}`)", "",
+      f"Generated on {data['date']}: {m.get('cpu', '?')}, one thread per row, as bench/RESULTS.md (the {fork.fork_config(ROOT)['default']} line). "
+      f"The rows that need the fork's features wait for the port (docs/internals.md, 'The {LINE} line'); the others run on vanilla {LINE}.", "",
+      render_table(rows, bw), ""] + ([render_scaling(scale_rows), ""] if scale_rows else [])))
+    print(f"wrote {BENCH/f'RESULTS-{LINE}.md'}, {BENCH/f'results-{LINE}.json'}")
   elif write:
     data = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(), "versions": versions(),
             "thread_env": THREAD_ENV, "copy_gbps": bw, "rows": rows, "ab": ab_rows, "scaling": scale_rows, "errors": errors, "wrong": wrong}
@@ -831,7 +859,7 @@ def render_table(rows:list[dict], bw:float|None) -> str:
       if "kernels" in r:
         k = str(r["kernels"]) + (f" ({r['kernels_one_example']})" if "kernels_one_example" in r else "")
       sc = "-"
-      if r["framework"] == "tinygrad":
+      if r["framework"] == "tinygrad" and DEFAULT_LINE:   # another line's scheduler isn't hooked (TinygradHooks)
         f, s = r.get("first", {}), r.get("sched_steady", {})
         sc = f"{f.get('sched_misses', 0)} miss/{f.get('sched_hits', 0)} hit; " + \
           ("jit replay" if s.get("hits", 0) + s.get("misses", 0) == 0 else f"{s['misses']} miss/{s['hits']} hit")

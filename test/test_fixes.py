@@ -63,27 +63,27 @@ class TestFixes(unittest.TestCase):
 
   def test_metadata_reset_after_raise(self):
     # fix-metadata-reset: after an op raised, every later op counted as nested in it and got its metadata
-    with self.assertRaises(Exception): Tensor.ones(2, 3) + Tensor.ones(4, 5)
+    with self.assertRaises(Exception): Tensor.ones(2, 3).reshape(7)
     y = Tensor.ones(3).exp()
     self.assertEqual([m.name for m in y.uop.metadata or ()], ["exp"])
 
   def test_gradient_of_piecewise_constant_ops(self):
     # fix-gradient-piecewise-constant: a cast to int passed the gradient through; floor had no rule (backward raised)
-    x = Tensor(rand(5) * 3, requires_grad=True)
-    (x.int().float() + x.floor() * 2 + x.bool().float() * x).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), (rand(5) * 3 != 0).astype(np.float64))
+    x = Tensor(rand(5) * 3)
+    (g,) = (x.int().float() + x.floor() * 2 + x.bool().float() * x).sum().gradient(x)
+    np.testing.assert_allclose(g.numpy(), (rand(5) * 3 != 0).astype(np.float64))
 
   def test_gradient_through_clone(self):
     # fix-gradient-assign: clone is an assign to an empty buffer, and the assign stopped the gradient (materialized as zeros)
-    x = Tensor(rand(4), requires_grad=True)
-    (x.clone() * 3).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), np.full(4, 3.0))
+    x = Tensor(rand(4))
+    (g,) = (x.clone() * 3).sum().gradient(x)
+    np.testing.assert_allclose(g.numpy(), np.full(4, 3.0))
 
   def test_gradient_of_prod_at_zero(self):
     # fix-gradient-prod-zero: ret/x is 0/0 at a zero entry; the product of the others is its derivative
-    x = Tensor([2.0, 0.0, 3.0], requires_grad=True)
-    x.prod().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [0.0, 6.0, 0.0])
+    x = Tensor([2.0, 0.0, 3.0])
+    (g,) = x.prod().gradient(x)
+    np.testing.assert_allclose(g.numpy(), [0.0, 6.0, 0.0])
 
   def test_gradient_of_prod_over_ranges(self):
     # the same rule on a REDUCE over RANGE srcs (a product over a vmap scope's examples), whose arg is the op alone, not (op, axes)

@@ -273,6 +273,7 @@ def cmd_patches(root:Path, topic:str|None=None) -> list[str]:
 def write_patches(root:Path, work:Path, order:list[str]) -> None:
   """patches/T.patch for each commit of the work repo after `upstream`, one per topic of `order`"""
   commits = git(work, "rev-list", "--reverse", "upstream..HEAD").split()
+  patches_dir(root).mkdir(exist_ok=True)   # a line's first topic
   if len(commits) != len(order): raise ForkError(f"the work repo has {len(commits)} commits after upstream, but the series {len(order)} topics")
   for t, c in zip(order, commits):
     patch_path(root, t).write_text(git(work, "format-patch", "-1", "-k", "--no-stat", "--no-signature", "--zero-commit", "--stdout", c))
