@@ -166,9 +166,11 @@ def hooks() -> TinygradHooks:
 
 def clear_tinygrad_caches():
   """the schedule cache and the method cache (compiled kernels) of this process: the next call schedules and compiles again"""
-  import importlib, tinygrad.engine.realize
-  importlib.import_module("tinygrad.engine.schedule" if DEFAULT_LINE else "tinygrad.schedule").schedule_cache.clear()
-  tinygrad.engine.realize.method_cache.clear()
+  import importlib
+  for mod, cache in (("tinygrad.engine.schedule", "schedule_cache"), ("tinygrad.schedule", "schedule_cache"),
+                     ("tinygrad.engine.realize", "method_cache")):   # where each line keeps them (0.14: no method cache of this name)
+    try: getattr(importlib.import_module(mod), cache, {}).clear()
+    except ImportError: pass
 
 def pad_vmap(fn, in_axes, axis_type, n:int):
   """upstream 0.12's own vmap idiom, written with upstream ops only (as test/test_native_vmap_pad.py does): fn on the slice (r, r+1) of
@@ -812,7 +814,8 @@ def main():
       f"# vmap benchmark on tinygrad {LINE} (`make bench UPSTREAM={LINE}`)", "",
       f"Generated on {data['date']}: {m.get('cpu', '?')}, one thread per row, as bench/RESULTS.md (the {fork.fork_config(ROOT)['default']} line). "
       f"The rows that need the fork's features wait for the port (docs/internals.md, 'The {LINE} line'); the others run on vanilla {LINE}.", "",
-      render_table(rows, bw), ""] + ([render_scaling(scale_rows), ""] if scale_rows else [])))
+      render_table(rows, bw), ""] + ([render_scaling(scale_rows), ""] if scale_rows else []) +
+      ([(BENCH/f"analysis-{LINE}.md").read_text().strip(), ""] if (BENCH/f"analysis-{LINE}.md").exists() else [])))
     print(f"wrote {BENCH/f'RESULTS-{LINE}.md'}, {BENCH/f'results-{LINE}.json'}")
   elif write:
     data = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(), "versions": versions(),
