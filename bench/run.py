@@ -86,6 +86,10 @@ def not_ported(impl:str) -> str|None:
 
 def impls_of(w:str) -> dict[str, tuple[str, str]]:
   return {**IMPLS, **EXTRA_IMPLS.get(w, {}), **({"vmap_jit_beam": SHARDED_BEAM["vmap_jit_beam"]} if bench_device() else {})}
+def status_row(task:dict, status:str) -> dict:
+  """the table row of a task that produced no timings (skipped, or not reached in time): what it is and why"""
+  label, fw = impls_of(task["workload"])[task["impl"]]
+  return {"workload": task["workload"], "impl": task["impl"], "label": label, "framework": fw, "n": task["n"], "status": status}
 
 # ================================================================ worker: runs in a subprocess with THREAD_ENV
 
@@ -710,8 +714,8 @@ def main():
     for impl, (label, fw) in impls_of(wn).items():
       if sel and impl not in sel: continue
       if not available[fw] or not_ported(impl):
-        skipped.append({"workload": wn, "impl": impl, "label": label, "framework": fw, "n": w.size(quick) * (GPU_SCALE if a.device else 1),
-                        "status": not_ported(impl) or (f"skipped: {fw} is not installed" if fw != "vanilla" else "skipped: no pristine upstream 0.12.0")})
+        skipped.append(status_row({"workload": wn, "impl": impl, "n": w.size(quick) * (GPU_SCALE if a.device else 1)}, not_ported(impl) or
+                                  (f"skipped: {fw} is not installed" if fw != "vanilla" else "skipped: no pristine upstream 0.12.0")))
         continue
       row_tasks.append({"kind": "row", "workload": wn, "impl": impl, "n": w.size(quick) * (GPU_SCALE if a.device else 1), "quick": quick,
                         "repeats": repeats, "warmup": warmup})
@@ -751,15 +755,13 @@ def main():
   for g in groups:
     left = None if a.deadline is None else a.deadline - (time.perf_counter() - t_start)
     if left is not None and left < 5:
-      for t in g:
-        if t["kind"] == "row": rows.append({**{k: t[k] for k in ("workload", "impl", "n", "quick")}, "label": impls_of(t["workload"])[t["impl"]][0],
-                                            "framework": impls_of(t["workload"])[t["impl"]][1], "status": "not run: time limit (--deadline)"})
+      rows += [status_row(t, "not run: time limit (--deadline)") for t in g if t["kind"] == "row"]
       continue
     for r in spawn(g, timeout=min(120 if quick else 1800, left if left is not None else math.inf)):
       t = r["task"]
-      if "error" in r and r["error"].startswith("worker died (exit timeout)") and t["kind"] == "row":
-        rows.append({**{k: t[k] for k in ("workload", "impl", "n", "quick")}, "label": impls_of(t["workload"])[t["impl"]][0],
-                     "framework": impls_of(t["workload"])[t["impl"]][1], "status": "not run: time limit (--deadline)"})
+      # cut by --deadline: a row not reached, not a crash (without a deadline a worker's timeout is an error, below)
+      if left is not None and "error" in r and r["error"].startswith("worker died (exit timeout)") and t["kind"] == "row":
+        rows.append(status_row(t, "not run: time limit (--deadline)"))
         continue
       if "wrong" in r: wrong.append(r["wrong"]); print(f"  WRONG {r['wrong']}", flush=True)
       elif "error" in r:

@@ -27,17 +27,20 @@ def workload_kernels(name:str, batched:bool) -> list:
   out = w.tg_vmap(vmap, w.tg)(*ts) if batched else w.tg_hand(*ts)
   return cuda_kernels(*(out if isinstance(out, tuple) else (out,)))
 
-def emulated_row_reduce(rows:int, setup:str="") -> float:
-  """PYTHON=1 EMULATE=CUDA: the CUDA renderer's kernel choices for a vmapped row reduce, executed by the emulator: its max error"""
-  code = (f"import json, numpy as np\n{setup}\nfrom tinygrad import Tensor, vmap\n"
+def emulated_row_reduce(rows:int, setup:str="") -> tuple[float, list[str]]:
+  """PYTHON=1 EMULATE=CUDA: the CUDA renderer's kernel choices for a vmapped row reduce, executed by the emulator: its max error against
+  numpy, and the opts its kernel was built with"""
+  code = (f"import json, numpy as np\n{setup}\nfrom tinygrad import Tensor, vmap\nfrom tinygrad.engine.realize import method_cache\n"
           f"x = np.random.default_rng(1).standard_normal(({rows}, 40)).astype(np.float32)\n"
           "got = vmap(lambda r: (r * r).sum() * 2 + r.max())(Tensor(x)).numpy()\n"
-          "print(json.dumps(float(np.abs(got - ((x.astype(np.float64)**2).sum(1)*2 + x.max(1))).max())))")
+          "opts = sorted({f'{o.op.name} {o.axis} {o.arg}' for r in method_cache.values() for o in r.p.applied_opts})\n"
+          "print(json.dumps([float(np.abs(got - ((x.astype(np.float64)**2).sum(1)*2 + x.max(1))).max()), opts]))")
   env = {k:v for k,v in os.environ.items() if k not in {"CPU", "CL", "METAL", "CUDA", "AMD", "NV", "LLVM", "DEBUG"}}
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                      env={**env, "PYTHON": "1", "EMULATE": "CUDA", "PYTHONPATH": str(ROOT)})
   assert r.returncode == 0, r.stderr
-  return json.loads(r.stdout.strip().splitlines()[-1])
+  err, opts = json.loads(r.stdout.strip().splitlines()[-1])
+  return err, opts
 
 class TestCUDAKernels(unittest.TestCase):
   def test_vmap_kernels_are_the_hand_batched_ones(self):
@@ -60,7 +63,7 @@ class TestCUDAKernels(unittest.TestCase):
     self.assertLessEqual(max(int(n) for n in re.findall(r"for \(int \w+ = 0; \w+ < (\d+);", p[0].src)), 64)
     self.assertGreaterEqual(prod(p[0].global_size) * prod(p[0].local_size), 4096 // 4)   # at most 4 rows a thread (UPCAST 4)
 
-  def test_runs_on_the_emulator_with_cuda_heuristics(self): self.assertLess(emulated_row_reduce(96), 1e-3)
+  def test_runs_on_the_emulator_with_cuda_heuristics(self): self.assertLess(emulated_row_reduce(96)[0], 1e-3)
 
 @skip_unless("gpu-heuristics")
 class TestGPURowReduce(unittest.TestCase):
@@ -86,8 +89,9 @@ class TestGPURowReduce(unittest.TestCase):
 
   def test_emulated(self):
     # the rule's kernel executed (the row count it needs lowered to the emulator's scale): numpy's answer
-    setup = "import tinygrad.codegen.opt.heuristic_gpu as h; h.ROWS_MIN = 64"
-    self.assertLess(emulated_row_reduce(128, setup), 1e-3)
+    err, opts = emulated_row_reduce(128, "import tinygrad.codegen.opt.heuristic_gpu as h; h.ROWS_MIN = 64")
+    self.assertEqual(opts, ["LOCAL 0 32", "UNROLL 0 4", "UNROLL 1 4"])   # the rule's kernel, not another path's
+    self.assertLess(err, 1e-3)
 
 if __name__ == "__main__":
   unittest.main()

@@ -11,6 +11,7 @@ default line, or on UPSTREAM=<version> (the environment: make passes its UPSTREA
   fork.py pristine                     print the directory holding pristine upstream (downloads and verifies it first)
   fork.py sdist                        print the directory of the extracted, verified upstream sdist (it holds upstream's test suite)
   fork.py deps EXTRA                   print the requirements of an optional extra in pyproject.toml
+  fork.py env KEY                      print the line's KEY table (cpu_env, emulator_env) as NAME=VALUE words, for env(1)
 
 patches/series names the topic patches in the order they apply, one a line (`#` starts a comment). A line `[S]` ends the series S:
 `--series S` is every topic above that line. Each patches/T.patch is one commit in `git format-patch` form, its message the topic's
@@ -341,6 +342,7 @@ def main(argv:list[str]) -> int:
   sub.add_parser("export")
   for c in ("pristine", "sdist"): sub.add_parser(c)
   sub.add_parser("deps").add_argument("extra")
+  sub.add_parser("env").add_argument("key")
   a, root = ap.parse_args(argv), ROOT
   try:
     if a.cmd == "fork":
@@ -355,6 +357,7 @@ def main(argv:list[str]) -> int:
     elif a.cmd == "topics": print("\n".join(series_topics(root, a.series or FULL)))
     elif a.cmd == "pristine": print(pristine(root))
     elif a.cmd == "sdist": print(sdist(root))
+    elif a.cmd == "env": print(" ".join(f"{k}={v}" for k, v in pin(root)[a.key].items()))
     elif a.cmd == "deps": print(" ".join(tomllib.loads((root/"pyproject.toml").read_text())["project"]["optional-dependencies"][a.extra]))
   except ForkError as e:
     print(f"fork: {e}", file=sys.stderr); return 1
