@@ -7,7 +7,7 @@ from tinygrad import Tensor, UOp, dtypes, vmap, jvp, jacfwd, jacrev, hessian
 from tinygrad.uop.ops import AxisType
 from tinygrad.jvp import jvp_tensors
 from tinygrad.vmap import varg
-from vmap_oracle import VmapTestCase, rand, kernels, np_softmax
+from vmap_oracle import VmapTestCase, rand, kernels, np_softmax, param
 
 def np_jac(nfn, x:np.ndarray, h=1e-6) -> np.ndarray:
   """the Jacobian of nfn at x by central differences: shape out.shape + x.shape"""
@@ -266,7 +266,7 @@ class TestPiecewiseConstant(VmapTestCase):
         got = jac(lambda a: a.floor() + a.ceil() * a + a.round() + a % 1.5)(Tensor(self.X)).numpy()
         self.assert_close(got, np.diag(np.ceil(self.X) + 1))
   def test_backward_through_floor(self):
-    x = Tensor(self.X, requires_grad=True)
+    x = param(self.X)
     (x.floor() * x).sum().backward()
     self.assert_close(x.grad.numpy(), np.floor(self.X))
 

@@ -4,7 +4,7 @@ import numpy as np
 from tinygrad import Tensor, vmap
 from tinygrad.uop.ops import Ops
 from tinygrad.vmap import vmap_range, varg
-from vmap_oracle import rand, bracket, VmapTestCase
+from vmap_oracle import rand, bracket, VmapTestCase, param
 
 N, D, H, C = 5, 3, 4, 3
 
@@ -12,7 +12,7 @@ class TestPerExampleGradients(VmapTestCase):
   def per_example(self, loss_fn, *ws:np.ndarray, xs:np.ndarray, ys:np.ndarray) -> list[np.ndarray]:
     """the gradients of loss_fn(*ws, x, y) w.r.t. ws for each example (x, y), as one batched call"""
     def grad_fn(*args): return loss_fn(*args).gradient(*args[:len(ws)])
-    wts = [Tensor(w, requires_grad=True) for w in ws]
+    wts = [param(w) for w in ws]
     return [g.numpy() for g in vmap(grad_fn, in_axes=(None,)*len(ws)+(0, 0))(*wts, Tensor(xs), Tensor(ys))]
 
   def test_linear(self):
@@ -49,13 +49,13 @@ class TestPerExampleGradients(VmapTestCase):
   def test_bracket(self):
     # the same with a hand-built scope
     w, xs = rand(D), rand(N, D)
-    wt = Tensor(w, requires_grad=True)
+    wt = param(w)
     self.assert_close(bracket(lambda x: (x*wt).sum().sin().gradient(wt)[0], Tensor(xs)).numpy(), np.cos(xs @ w)[:, None] * xs)
 
   def test_backward_outside_still_sums(self):
     # a loss outside the scope: the gradient of an unbatched weight is summed over the batch, as before
     w, xs = rand(D), rand(N, D)
-    wt = Tensor(w, requires_grad=True)
+    wt = param(w)
     vmap(lambda w, x: (x*w).sum().sin(), in_axes=(None, 0))(wt, Tensor(xs)).sum().backward()
     self.assert_close(wt.grad.numpy(), (np.cos(xs @ w)[:, None] * xs).sum(0))
 
@@ -70,7 +70,7 @@ class TestChunkedSharedWeight(VmapTestCase):
   """the gradient of a weight every example shares, through a chunked vmap: the sum over every chunk, its tail, and one-example ranges"""
   def grad_w(self, n:int, chunk_size:int|None, backward=False):
     w, xs = rand(D), rand(n, D)
-    wt = Tensor(w, requires_grad=True)
+    wt = param(w)
     losses = vmap(lambda x, w: (x * w).sum().sin(), in_axes=(0, None), chunk_size=chunk_size)(Tensor(xs), wt)
     if backward: losses.sum().backward()
     got = wt.grad if backward else losses.sum().gradient(wt)[0]
@@ -86,7 +86,7 @@ class TestChunkedSharedWeight(VmapTestCase):
   def test_shared_weight_outside_the_examples_op(self):
     # b multiplies a per-example scalar: its gradient sums x.sum() over the examples (it failed codegen's verification with 2+ chunks)
     b, xs = rand(2), rand(6, D)
-    bt = Tensor(b, requires_grad=True)
+    bt = param(b)
     vmap(lambda b, x: x.sum() * b, in_axes=(None, 0), chunk_size=2)(bt, Tensor(xs)).sum().backward()
     self.assert_close(bt.grad.numpy(), np.full(2, xs.sum()))
 
@@ -94,14 +94,14 @@ class TestChunkedSharedWeight(VmapTestCase):
     # the loss's cotangent depends on every chunk's output: backward runs its chunks in a loop of its own (in the forward's loop the
     # schedule was a cycle: "the outer ranges make a cycle")
     w, c, xs = rand(D), rand(D), rand(5, D)
-    wt = Tensor(w, requires_grad=True)
+    wt = param(w)
     o = vmap(lambda w, x: x * w * Tensor(c), in_axes=(None, 0), chunk_size=2)(wt, Tensor(xs))
     (o * o).sum().backward()
     self.assert_close(wt.grad.numpy(), (2 * xs * w * c * xs * c).sum(0))
 
   def test_mlp_softmax_loss(self):
     w1, w2, xs, k = rand(D, H), rand(H, C), rand(9, D), np.arange(C, dtype=np.float64)
-    t1, t2, tx = Tensor(w1, requires_grad=True), Tensor(w2, requires_grad=True), Tensor(xs, requires_grad=True)
+    t1, t2, tx = param(w1), param(w2), param(xs)
     logits = vmap(lambda w1, w2, x: (x @ w1).relu() @ w2, in_axes=(None, None, 0), chunk_size=4)(t1, t2, tx)
     (logits.softmax(-1) * Tensor(k)).sum().backward()
     h = xs @ w1
@@ -116,14 +116,14 @@ class TestChunkedSharedWeight(VmapTestCase):
 
   def test_nested(self):
     w, xs = rand(D), rand(4, 5, D)
-    wt = Tensor(w, requires_grad=True)
+    wt = param(w)
     inner = vmap(lambda x, w: (x * w).sum() ** 2, in_axes=(0, None), chunk_size=2)
     vmap(inner, in_axes=(0, None), chunk_size=3)(Tensor(xs), wt).sum().backward()
     self.assert_close(wt.grad.numpy(), np.einsum("ij,ijd->d", 2 * (xs @ w), xs))
 
 class TestBackwardInsideScope(unittest.TestCase):
   def test_backward_inside_vmap_raises(self):
-    w = Tensor(rand(D), requires_grad=True)
+    w = param(rand(D))
     with self.assertRaisesRegex(RuntimeError, r"backward\(\) inside a vmap scope"): vmap(lambda x: (x*w).sum().backward())(Tensor(rand(N, D)))
     self.assertIsNone(w.grad)
 

@@ -1,11 +1,59 @@
 """Shared helpers for the vmap tests: random data, the VMAPIN/VMAPOUT bracket, and the independent oracle (a numpy loop over examples)."""
-import functools, os, unittest
+import functools, inspect, os, unittest
 import numpy as np
 from tinygrad import Tensor, GlobalCounters, Device
 from tinygrad.uop.ops import AxisType
 from tinygrad.vmap import vmap_range, varg
+try: from tinygrad.uop.spec import tensor_spec as TENSOR_SPEC           # the tensor graph's spec: tensor_spec on 0.12, spec_tensor on 0.14
+except ImportError: from tinygrad.uop.spec import spec_tensor as TENSOR_SPEC
 
 RNG = np.random.default_rng(20261122)
+
+# *** what the two upstream lines spell differently ***
+
+def param(x, **kwargs) -> Tensor:
+  """a Tensor whose .grad backward() fills: requires_grad=True on 0.12; 0.14 has no requires_grad (backward fills every float leaf)"""
+  return Tensor(x, requires_grad=True, **kwargs) if "requires_grad" in inspect.signature(Tensor.__init__).parameters else Tensor(x, **kwargs)
+
+def realize_with_buffers(t:Tensor) -> list:
+  """realizes t and returns the Buffers its kernels use (t's own, its inputs' and the intermediates'), from its schedule"""
+  if hasattr(t, "schedule"):
+    from tinygrad.engine.realize import run_schedule
+    sched = t.schedule()
+    bufs = [b for ei in sched for b in ei.bufs if b is not None]
+    run_schedule(sched)   # which empties sched
+    return bufs
+  from tinygrad.engine.realize import run_linear
+  from tinygrad.uop.ops import Ops
+  if t.uop.is_virtual: t.replace(t.contiguous())   # 0.14 leaves an elementwise op of realized buffers virtual (computed where it is read)
+  linear, var_vals = t.linear_with_vars()
+  run_linear(linear, var_vals)
+  return [u.buffer for call in linear.src for u in call.src[1:] if u.op is Ops.BUFFER]
+
+def jit_kernels(jf) -> int:
+  """how many kernels a TinyJit replays"""
+  if hasattr(jf.captured, "jit_cache"): return len(jf.captured.jit_cache)
+  from tinygrad.uop.ops import Ops
+  return len([c for c in jf.captured.linear.src if c.op is Ops.CALL])
+
+def training():
+  """the context dropout & co draw in: Tensor.train() on 0.12, Context(TRAINING=1) on 0.14"""
+  if hasattr(Tensor, "train"): return Tensor.train()
+  from tinygrad.helpers import Context
+  return Context(TRAINING=1)
+
+def schedule_cache_size() -> int:
+  """how many schedules the schedule cache holds"""
+  try: from tinygrad.engine.schedule import schedule_cache
+  except ImportError: from tinygrad.schedule import schedule_cache
+  return len(schedule_cache)
+
+def kernel_sources(t:Tensor) -> list[str]:
+  """the source code of the kernels that realize t, in the order they run"""
+  if hasattr(t, "schedule"): return [p.src for ei in t.schedule() if (p:=getattr(ei.lower().prg, "p", None)) is not None]
+  from tinygrad.engine.realize import compile_linear
+  from tinygrad.uop.ops import Ops
+  return [u.arg for u in compile_linear(t.schedule_linear()).toposort() if u.op is Ops.SOURCE]
 
 @functools.cache
 def cpu_devices_missing() -> str|None:

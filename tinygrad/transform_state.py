@@ -6,7 +6,13 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
-from tinygrad.uop.ops import UOp, AxisType, sint
+from tinygrad.uop.ops import UOp, Ops, AxisType, sint
+from tinygrad.dtype import dtypes
+
+# the dtype of RANGEs and of a varg's kept-axis CONST(0): dtypes.index on the 0.12 line, dtypes.weakint (its successor) on 0.14
+INDEX = dtypes.index if hasattr(dtypes, "index") else dtypes.weakint
+# the varg entry of a kept (not mapped) axis (built directly: UOp.const takes (dtype, value) on 0.12 and (value, dtype) on 0.14)
+KEPT = UOp(Ops.CONST, INDEX, arg=0, src=())
 
 @dataclass
 class TransformState:

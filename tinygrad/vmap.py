@@ -1,7 +1,7 @@
 """vmap for tinygrad: `vmap(fn)` runs a function written for ONE example over a batch, as one batched kernel.
 
 `vmap` is built on the VMAPIN/VMAPOUT bracket (`Tensor.vmapin` / `Tensor.vmapout`): a scope is opened by `x.vmapin(varg)` and closed by
-`y.vmapout(varg)`. A varg has one entry per axis: a RANGE for a mapped (batch) axis, `UOp.const(dtypes.index, 0)` for a kept axis. The
+`y.vmapout(varg)`. A varg has one entry per axis: a RANGE for a mapped (batch) axis, `KEPT` (`UOp.const(dtypes.index, 0)`) for a kept axis. The
 scheduler turns the scope into a loop over the RANGE inside the kernel. `vmap_range` and `varg` are the helpers to build a bracket by hand.
 """
 from __future__ import annotations
@@ -9,11 +9,10 @@ import contextlib, functools, gc, inspect, weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinygrad.dtype import dtypes
-from tinygrad.helpers import is_numpy_ndarray
 from tinygrad.uop.ops import UOp, Ops, AxisType, sint
 from tinygrad.tensor import Tensor
 from tinygrad.pytree import tree_map, tree_leaves
-from tinygrad.transform_state import TRANSFORMS
+from tinygrad.transform_state import TRANSFORMS, KEPT
 
 def vmap_range(size:sint, axis_type:AxisType=AxisType.LOOP) -> UOp:
   """a fresh RANGE for one vmap scope (an id of its own: TRANSFORMS.fresh_range). LOOP runs the batch as a loop inside the kernels, OUTER
@@ -24,7 +23,7 @@ def varg(ndim:int, mapped:dict[int, UOp]) -> tuple[UOp, ...]:
   """the varg of `ndim` entries with the RANGE `mapped[i]` at axis i and `CONST(0)` everywhere else"""
   if bad:=[i for i in mapped if not -ndim <= i < ndim]: raise ValueError(f"axis {bad[0]} is out of range for {ndim} axes")
   mapped = {i % ndim: r for i, r in mapped.items()}
-  return tuple(mapped.get(i, UOp.const(dtypes.index, 0)) for i in range(ndim))
+  return tuple(mapped.get(i, KEPT) for i in range(ndim))
 
 # *** the scopes of a vmapped call ***
 
@@ -148,6 +147,8 @@ def _arg_names(fn:Callable) -> Callable[[int], list[str]]:
   except (TypeError, ValueError): params = []
   return lambda n: [f"argument {p.name}" for p in params[:n]] + [f"args[{i}]" for i in range(len(params), n)]
 
+def is_numpy_ndarray(x) -> bool: return type(x).__module__ == "numpy" and type(x).__name__ == "ndarray"
+
 def _from_numpy(x):
   """a numpy array or numpy scalar (np.float64 is a float, np.float32 isn't) as a Tensor of its dtype, anything else as it is"""
   if type(x).__module__ == "numpy" and not is_numpy_ndarray(x) and hasattr(x, "__array__"): x = x.__array__()
@@ -248,13 +249,26 @@ def _flat_vmap(fn:Callable, inputs:_BatchedInputs, out_axes, scope:_Scope):
   if scope.took: _refuse_escaped(scope)
   return ret
 
-def _join_chunks(main, tail, out_axes):
-  """the outputs of the whole chunks and of the tail, joined on each leaf's batch axis (a leaf with out_axes None is the chunks')"""
-  tails = iter(tree_leaves(tail))
+def _join_chunks(main, tails:list, out_axes):
+  """the outputs of the first chunk(s) and of the later ones, joined on each leaf's batch axis (a leaf with out_axes None is main's)"""
+  leaves = [iter(tree_leaves(t)) for t in tails]
   def join(m:Tensor, axis:int|None, _path) -> Tensor:
-    t = next(tails)
-    return m if axis is None or m is None else m.cat(t, dim=axis % m.ndim)
+    ts = [next(t) for t in leaves]
+    return m if axis is None or m is None else m.cat(*ts, dim=axis % m.ndim)
   return tree_map(join, main, out_axes, "output", "vmap out_axes")
+
+def _chunk_by_chunk(fn:Callable, inputs:_BatchedInputs, out_axes, chunk_size:int, randomness:str):
+  """chunks without OUTER ranges (tinygrad 0.14): a scope per chunk, each the examples start:start+chunk_size of the batch, whose
+  outputs are joined; the later chunks replay the first one's random draws (each takes its own examples of them)"""
+  n = inputs.size
+  _draws.append(draws:=_Draws([]))
+  try:
+    outs = []
+    for start in range(0, n, chunk_size):
+      draws.replaying, draws.pos = start > 0, 0
+      outs.append(_flat_vmap(fn, inputs, out_axes, _Scope(min(chunk_size, n-start), (vmap_range(min(chunk_size, n-start)),), randomness, start, n)))
+  finally: _draws.pop()
+  return _join_chunks(outs[0], outs[1:], out_axes)
 
 def _chunked_vmap(fn:Callable, inputs:_BatchedInputs, out_axes, chunk_size:int, randomness:str):
   """fn over the batch `chunk_size` examples at a time: one scope runs the whole chunks (an OUTER range over them around a LOOP range in
@@ -262,6 +276,7 @@ def _chunked_vmap(fn:Callable, inputs:_BatchedInputs, out_axes, chunk_size:int, 
   if inputs.devices is not None:
     raise NotImplementedError(f"vmap chunk_size with a batch sharded on {inputs.devices}: each device runs its shard as one loop already, "
                               "drop chunk_size (or pass fewer examples per call)")
+  if not hasattr(AxisType, "OUTER"): return _chunk_by_chunk(fn, inputs, out_axes, chunk_size, randomness)
   n, (chunks, rest) = inputs.size, divmod(inputs.size, chunk_size)
   _draws.append(draws:=_Draws([]))
   try:
@@ -271,7 +286,7 @@ def _chunked_vmap(fn:Callable, inputs:_BatchedInputs, out_axes, chunk_size:int, 
     draws.replaying = True
     tail = _flat_vmap(fn, inputs, out_axes, _Scope(rest, (vmap_range(rest),), randomness, chunks*chunk_size, n))
   finally: _draws.pop()
-  return _join_chunks(main, tail, out_axes)
+  return _join_chunks(main, [tail], out_axes)
 
 def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, axis_size:int|None=None, chunk_size:int|None=None,
          randomness:str="error") -> Callable:

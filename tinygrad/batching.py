@@ -1,0 +1,135 @@
+"""The vmap core of the 0.14.0 line: a vmap scope rebuilt as a batched graph, one batching rule per op (JAX's batching rules, laid out
+like gradient.py's one gradient rule per op).
+
+0.14's scheduler works on CALL/STAGE, and `UOp.call` refuses a RANGE that leaks out of a call, so the VMAPIN/VMAPOUT bracket never
+reaches it: `Tensor.vmapout` hands the per-example graph inside the bracket to `batch_scope`, which rebuilds every value that depends on
+the scope's RANGEs over the whole batch (the batch axes in front, one per RANGE, in the VMAPOUT's order) and then puts those axes where
+the VMAPOUT's varg says. The scheduler sees the graph a user would have written for the batch by hand, so vmap's kernels are
+hand-batched's. Nested scopes lower inside out: an inner VMAPOUT rebuilds its scope and leaves the outer scope's VMAPINs for the outer
+VMAPOUT. Why this design and not a range that crosses CALLs: docs/internals.md, "The vmap core on 0.14".
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+from tinygrad.uop import Ops, GroupOp
+from tinygrad.uop.ops import UOp, PatternMatcher, UPat, sint, ssimplify
+from tinygrad.dtype import dtypes
+
+def _size(r:UOp) -> sint: return ssimplify(r.src[0])
+
+@dataclass(frozen=True)
+class BatchCtx:
+  """what a rule gets: the scope's RANGEs the node depends on (its batch axes, in front) and its srcs, each batched src with those axes
+  in front (a size-1 axis for one it doesn't depend on), an unbatched src as it is (`batched[i]` False)"""
+  dims: tuple[UOp, ...]
+  src: tuple[UOp, ...]
+  batched: tuple[bool, ...]
+  @property
+  def k(self) -> int: return len(self.dims)
+  @property
+  def sizes(self) -> tuple[sint, ...]: return tuple(_size(r) for r in self.dims)
+  def full(self, i:int) -> UOp:
+    """src i over the whole batch: its size-1 batch axes (or, unbatched, new ones in front) expanded to the batch's sizes"""
+    s = self.src[i]
+    return s.expand(self.sizes + s.shape[self.k:]) if self.batched[i] else s._mop(Ops.EXPAND, self.sizes)
+  def ranked(self, i:int, ndim:int) -> UOp:
+    """batched src i with size-1 axes after the batch axes up to `ndim` per-example axes, so implicit broadcasting lines the per-example
+    axes up on the right (an unbatched src lines up by itself)"""
+    s = self.src[i]
+    if not self.batched[i] or (pad:=ndim - (len(s.shape) - self.k)) <= 0: return s
+    return s.reshape(s.shape[:self.k] + (1,)*pad + s.shape[self.k:])
+
+def _reduced_in_front(ctx:BatchCtx, n:int) -> UOp:
+  """batched src 0 with its first n per-example axes (the ones a REDUCE reduces) moved in front of the batch axes"""
+  return ctx.src[0].permute(tuple(range(ctx.k, ctx.k+n)) + tuple(range(ctx.k)) + tuple(range(ctx.k+n, len(ctx.src[0].shape))))
+
+def _batch_of_batch_axes(ctx:BatchCtx, ret:UOp, n:int) -> UOp:
+  """a value that put n new axes in front of the per-example shape (EXPAND, STACK): those n axes moved behind the batch axes"""
+  return ret.permute(tuple(range(n, n+ctx.k)) + tuple(range(n)) + tuple(range(n+ctx.k, len(ret.shape))))
+
+def _not_batchable(ret:UOp, why:str): raise NotImplementedError(f"vmap: {ret.op} inside a vmapped function {why}")
+
+# the batching rules, one per op (JAX's primitive_batchers): rule(ctx, ret) is ret over the batch, with ctx.dims's axes in front
+pm_batch = PatternMatcher([
+  # elementwise: the same op on the batched srcs, which broadcast against the unbatched ones on the per-example axes
+  (UPat(GroupOp.Elementwise, name="ret"), lambda ctx, ret: ret.replace(src=tuple(ctx.ranked(i, len(ret.shape)) for i in range(len(ret.src))))),
+  (UPat((Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY), name="ret"), lambda ctx, ret: ret.replace(src=ctx.src)),
+  # movement ops: the same movement of the per-example axes, the batch axes left alone
+  (UPat(Ops.RESHAPE, name="ret"), lambda ctx, ret: ctx.src[0].reshape(ctx.sizes + ret.marg)),
+  (UPat(Ops.PERMUTE, name="ret"), lambda ctx, ret: ctx.src[0].permute(tuple(range(ctx.k)) + tuple(ctx.k+a for a in ret.marg))),
+  (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: ctx.src[0]._mop(Ops.FLIP, (False,)*ctx.k + tuple(ret.marg))),
+  (UPat((Ops.PAD, Ops.SHRINK), name="ret"), lambda ctx, ret: ctx.src[0]._mop(ret.op, tuple((0, s) for s in ctx.sizes) + tuple(ret.marg))),
+  # EXPAND puts its new axes in front of the shape, and STACK its stacked axis: behind the batch axes here
+  (UPat(Ops.EXPAND, name="ret"), lambda ctx, ret: _batch_of_batch_axes(ctx, ctx.src[0]._mop(Ops.EXPAND, ret.marg), len(ret.marg))),
+  (UPat(Ops.STACK, name="ret"), lambda ctx, ret:
+    _batch_of_batch_axes(ctx, UOp(Ops.STACK, ret.dtype, tuple(ctx.full(i) for i in range(len(ret.src)))), 1)),
+  # REDUCE reduces the leading arg[1] axes: those go in front of the batch axes
+  (UPat(Ops.REDUCE, name="ret"), lambda ctx, ret: UOp(Ops.REDUCE, ret.dtype, (_reduced_in_front(ctx, ret.arg[1]),), ret.arg)),
+  # what a vmap scope can't hold on 0.14 yet: writes (assign, setitem), calls, and values on several devices
+  (UPat((Ops.STORE, Ops.AFTER), name="ret"), lambda ctx, ret: _not_batchable(ret, "(an assign or setitem into a per-example value) isn't "
+                                                                            "supported on tinygrad 0.14 yet: build the value functionally")),
+  (UPat((Ops.CALL, Ops.FUNCTION, Ops.GETTUPLE, Ops.CUSTOM_FUNCTION, Ops.MSELECT, Ops.MSTACK, Ops.UNSHARD, Ops.ALLREDUCE), name="ret"),
+   lambda ctx, ret: _not_batchable(ret, "isn't supported on tinygrad 0.14 yet")),
+])
+
+def _enter(x:UOp, dx:tuple[UOp, ...], vmapin:UOp, ranges:tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...]]:
+  """a VMAPIN of x (batched over dx) over the scope of `ranges`: the axes it maps with them move in front, its other RANGEs (an enclosing
+  scope's) stay a VMAPIN for that scope"""
+  varg = vmapin.src[1:]
+  dims = tuple(r for r in ranges if r in dx or r in varg)
+  perm = [dx.index(r) if r in dx else len(dx)+varg.index(r) for r in dims] + [len(dx)+i for i,a in enumerate(varg) if a not in ranges]
+  ret, rest = x.permute(tuple(perm)), tuple(a for a in varg if a not in ranges)
+  if any(a.op is Ops.RANGE for a in rest): ret = ret.vmapin((UOp.const(dtypes.index, 0),)*len(dims) + rest)
+  return ret, dims
+
+def batch_scope(y:UOp, varg:tuple[UOp, ...]) -> UOp:
+  """the batch of y, one example of the scope whose RANGEs are in varg, with its axes where varg says (VMAPOUT's semantics)"""
+  ranges = tuple(a for a in varg if a.op is Ops.RANGE)
+  def in_scope(u:UOp) -> bool: return any(r in u.ranges for r in ranges)
+  done: dict[UOp, tuple[UOp, tuple[UOp, ...]]] = {}
+  for u in y.toposort(gate=in_scope):
+    if u.op is Ops.RANGE: continue
+    if u.op is Ops.VMAPIN:
+      done[u] = _enter(*done.get(u.src[0], (u.src[0], ())), u, ranges)
+      continue
+    dims = tuple(r for r in ranges if any(r in d for s in u.src if s in done for d in [done[s][1]]))
+    def aligned(s:UOp) -> UOp:
+      b, d = done[s]
+      return b if d == dims else b.reshape(tuple(_size(r) if r in d else 1 for r in dims) + b.shape[len(d):])
+    ctx = BatchCtx(dims, tuple(aligned(s) if s in done else s for s in u.src), tuple(s in done for s in u.src))
+    if (ret:=pm_batch.rewrite(u, ctx)) is None: _not_batchable(u, "has no batching rule")
+    done[u] = (ret, dims)
+  b, dims = done.get(y, (y, ()))
+  full = BatchCtx(tuple(ranges), (b.reshape(tuple(_size(r) if r in dims else 1 for r in ranges) + y.shape),), (True,)).full(0) \
+    if dims != ranges else b
+  inner = iter(range(len(ranges), len(ranges)+len(y.shape)))
+  return full.permute(tuple(ranges.index(a) if a.op is Ops.RANGE else next(inner) for a in varg))
+
+# *** what Tensor.vmapin / Tensor.vmapout check at the call, so bad vargs are named there rather than deep in a rewrite ***
+
+def _check_varg(varg, fn:str) -> tuple[UOp, ...]:
+  if not isinstance(varg, (tuple, list)) or not all(isinstance(a, UOp) for a in varg): raise TypeError(f"{fn} varg must be a tuple of UOps, got {varg!r}")
+  if bad:=[a for a in varg if a.dtype is not dtypes.weakint or not (a.op is Ops.RANGE or (a.op is Ops.CONST and a.arg == 0))]:
+    raise ValueError(f"{fn} varg entries must be a RANGE or UOp.const(dtypes.weakint, 0), got {bad[0].op} {bad[0].dtype} arg={bad[0].arg}")
+  if len(rngs:=[a for a in varg if a.op is Ops.RANGE]) != len(set(rngs)):
+    raise ValueError("vmapin can't map two axes with one RANGE" if fn == "vmapin" else "vmapout can't put one RANGE on two axes")
+  return tuple(varg)
+
+def check_vmapin(x:UOp, varg) -> tuple[UOp, ...]:
+  """the varg of x.vmapin(varg), checked: an entry per axis, each RANGE of its axis's size and new to x"""
+  if len(varg:=_check_varg(varg, "vmapin")) != len(x.shape): raise ValueError(f"vmapin varg needs {len(x.shape)} entries for shape {x.shape}, got {len(varg)}")
+  for i,(a,s) in enumerate(zip(varg, x.shape)):
+    if a.op is not Ops.RANGE: continue
+    if _size(a) != s: raise ValueError(f"vmapin RANGE of size {_size(a)} can't map axis {i} of size {s}")
+    if a in x.ranges: raise ValueError(f"vmapin RANGE {a.arg} already maps an enclosing vmap scope, nested scopes need their own RANGE")
+  return varg
+
+def check_vmapout(y:UOp, varg) -> tuple[UOp, ...]:
+  """the varg of y.vmapout(varg), checked: a CONST(0) per axis of y"""
+  varg = _check_varg(varg, "vmapout")
+  if (n:=len([a for a in varg if a.op is Ops.CONST])) != len(y.shape):
+    raise ValueError(f"vmapout varg needs {len(y.shape)} UOp.const(dtypes.weakint, 0) entries for inner shape {y.shape}, got {n}")
+  return varg
+
+def open_vmap_ranges(u:UOp) -> list[UOp]:
+  """the RANGEs of the vmap scopes u is inside: a value there is one example, not a batch"""
+  return [a for x in u.toposort() if x.op is Ops.VMAPIN for a in x.src[1:] if a in u.ranges] if u.ranges else []
