@@ -5,12 +5,12 @@ Jacobian is one batched computation (one kernel where fn is one). `jacrev` pulls
 upstream's reverse mode (`Tensor.gradient` with a cotangent), vmapped the same way. `hessian` is `jacfwd(jacrev(fn))`.
 """
 from __future__ import annotations
-import itertools, operator
+import inspect, itertools, operator
 from typing import Callable
 from tinygrad.dtype import dtypes
 from tinygrad.tensor import Tensor
 from tinygrad.vmap import vmap
-from tinygrad.jvp import jvp, fresh_copy, tracing
+from tinygrad.jvp import jvp, fresh_copy, tracing, untraced
 from tinygrad.pytree import tree_leaves, tree_unflatten, tree_map_skip_none
 
 def _as_int(i) -> int|None:
@@ -72,7 +72,7 @@ def jacfwd(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
       tangent_out = jvp(fn_of_leaves, tuple(xs), tuple(t.cast(x.dtype) for t,x in zip(_unravel(e, xs), xs)))[1]
       return (tangent_out, returned_aux[-1]) if has_aux else tangent_out
     returned_aux: list = []   # what fn returned as aux, before vmap
-    basis = Tensor.eye(sum(x.numel() for x in xs), dtype=xs[0].dtype, device=xs[0].device)
+    basis = _eye(sum(x.numel() for x in xs), xs[0].dtype, xs[0].device)
     # aux comes from the primal alone: it doesn't depend on the basis direction, so it leaves the vmap as it is (out_axes None)
     batched = vmap(directional_derivative, out_axes=(-1, None) if has_aux else -1)(basis)
     cols, aux = batched if has_aux else (batched, None)
@@ -83,6 +83,16 @@ def jacfwd(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
     return (jac, aux) if has_aux else jac
   return jacobian
 
+def _eye(n:int, dtype, device) -> Tensor:
+  """the basis a Jacobian's vmap runs over, on device (0.14's eye has no device: it is computed where it is read)"""
+  return Tensor.eye(n, dtype=dtype, device=device) if "device" in inspect.signature(Tensor.eye).parameters else Tensor.eye(n, dtype=dtype)
+
+def _gradient(y:Tensor, xs:list[Tensor], ct:Tensor) -> list[Tensor]:
+  """the vector-Jacobian products of y with cotangent ct, zeros for an x y doesn't depend on (0.12 says materialize_grads; 0.14 has no
+  such argument and gives zeros itself)"""
+  if "materialize_grads" in inspect.signature(Tensor.gradient).parameters: return y.gradient(*xs, gradient=ct, materialize_grads=True)
+  return y.gradient(*xs, gradient=ct)
+
 def jacrev(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Callable:
   """
   The Jacobian of `fn` with respect to the positional arguments `argnums`, by reverse mode: the same shapes as `jacfwd`, computed as a
@@ -91,15 +101,15 @@ def jacrev(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
   def jacobian(*args, **kwargs):
     nums = _normalize_argnums(argnums, args, "jacrev")
     # fn gets fresh copies of the differentiated leaves (as jvp gives it): what it closes over is a constant, as in JAX
-    xs = [fresh_copy(x) for i in nums for x in tree_leaves(args[i])]
+    xs = [fresh_copy(x, k) for k,x in enumerate(x for i in nums for x in tree_leaves(args[i]))]
     with tracing(xs): out, aux = _split_aux(fn(*_replace_arg_leaves(args, nums, xs), **kwargs), has_aux, "jacrev")
     def jacobian_of_output(y):
       if not isinstance(y, Tensor): raise TypeError(f"jacrev: fn must return Tensors, got {type(y).__name__}")
-      def vjp(ct:Tensor): return y.gradient(*xs, gradient=ct.reshape(y.shape).cast(y.dtype), materialize_grads=True)
-      grads = vmap(vjp)(Tensor.eye(y.numel(), dtype=y.dtype, device=y.device))
+      def vjp(ct:Tensor): return _gradient(y, xs, ct.reshape(y.shape).cast(y.dtype))
+      grads = vmap(vjp)(_eye(y.numel(), y.dtype, y.device))
       return _per_argument(args, nums, argnums, [g.reshape(y.shape + x.shape) for x,g in zip(xs, grads)])
-    jac = tree_map_skip_none(jacobian_of_output, out)
-    return (jac, aux) if has_aux else jac
+    jac = untraced(tree_map_skip_none(jacobian_of_output, out), xs)
+    return (jac, untraced(aux, xs)) if has_aux else jac
   return jacobian
 
 def hessian(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Callable:

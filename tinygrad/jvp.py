@@ -9,7 +9,8 @@ import contextlib, math
 from typing import Any, Callable, Sequence
 from tinygrad.dtype import dtypes
 from tinygrad.uop.ops import UOp, Ops, GroupOp
-from tinygrad.gradient import prod_of_others
+try: from tinygrad.gradient import prod_of_others         # 0.12 (its fix-gradient-prod-zero topic)
+except ImportError: from tinygrad.mixin.gradient import prod_of_others  # 0.14 (the same topic there)
 from tinygrad.tensor import Tensor
 from tinygrad.transform_state import TRANSFORMS
 from tinygrad.pytree import tree_leaves, tree_leaves_as, tree_unflatten, tree_map_skip_none, tree_structure, same_structure
@@ -71,22 +72,36 @@ def _where_jvp(ctx, ret):
   if ctx[1] is None and ctx[2] is None: return None
   return ret.src[0].where(_instantiate_zeros(ctx[1], ret), _instantiate_zeros(ctx[2], ret))
 def _reduce_axis_jvp(ctx, ret): return reduce_tangent(ctx[0], ret, ret.arg[0], lambda u, op=Ops.ADD: u.r(op, ret.arg[1]))
-# REDUCE over RANGEs: what compute_gradient sums a per-example gradient with at the end of a vmap scope
-def _reduce_jvp(ctx, ret): return reduce_tangent(ctx[0], ret, ret.arg, lambda u, op=Ops.ADD: u.reduce(*ret.src[1:], arg=op))
+def _reduce_jvp(ctx, ret):
+  # 0.14: REDUCE reduces its leading arg[1] axes. 0.12: a REDUCE over RANGEs, what compute_gradient sums a per-example gradient with at
+  # the end of a vmap scope
+  if isinstance(ret.arg, tuple): return reduce_tangent(ctx[0], ret, ret.arg[0], lambda u, op=Ops.ADD: UOp(Ops.REDUCE, u.dtype, (u,), (op, ret.arg[1])))
+  return reduce_tangent(ctx[0], ret, ret.arg, lambda u, op=Ops.ADD: u.reduce(*ret.src[1:], arg=op))
+def _stack_jvp(ctx, ret): return UOp(Ops.STACK, ret.dtype, tuple(_instantiate_zeros(t, s) for t,s in zip(ctx, ret.src)))
+# 0.14's assign (clone, `+=` on a Tensor made in fn) is AFTER(target, STORE(target, value)): the value's tangent overwrites the target's
+def _store_jvp(ctx, ret): return ctx[1]
+def _after_jvp(ctx, ret): return ctx[1] if len(ret.src) == 2 and ret.src[1].op is Ops.STORE else ctx[0]
 # an assign is its value (clone, `+=` on a Tensor made in fn): the target's old tangent is overwritten with the value's
 def _assign_jvp(ctx, ret): return ctx[1]
 def _multi_jvp(ctx, ret): return UOp(Ops.MULTI, ret.dtype, tuple(_instantiate_zeros(t, s) for t,s in zip(ctx, ret.src)), ret.arg)
 
+def _ops(*names:str) -> list[Ops]:
+  """the ops of these names this line has (0.12 and 0.14 name some differently: IDIV/MOD are CDIV/CMOD/FLOORDIV/FLOORMOD on 0.14, which
+  has no REDUCE_AXIS, ASSIGN or MULTI and adds STACK and MULACC to the tensor graph)"""
+  return [op for n in names if (op:=getattr(Ops, n, None)) is not None]
+
 # the table, as JAX's primitive_jvps: the tangent rule of each op
 primitive_jvps: dict[Ops, Callable[[tuple[UOp|None, ...], UOp], UOp|None]] = {
-  **dict.fromkeys((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.THREEFRY, Ops.TRUNC,
-                   Ops.DETACH), _zero_jvp),
+  **dict.fromkeys(_ops("CMPLT", "CMPNE", "CMPEQ", "IDIV", "MOD", "CDIV", "CMOD", "FLOORDIV", "FLOORMOD", "AND", "OR", "XOR", "SHL", "SHR",
+                       "THREEFRY", "TRUNC", "DETACH"), _zero_jvp),
   **dict.fromkeys((*GroupOp.Movement, *GroupOp.VMap, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY), _linear_jvp),
   Ops.CAST: _cast_jvp, Ops.BITCAST: _bitcast_jvp,
   Ops.NEG: _neg_jvp, Ops.RECIPROCAL: _reciprocal_jvp, Ops.SQRT: _sqrt_jvp, Ops.EXP2: _exp2_jvp, Ops.LOG2: _log2_jvp, Ops.SIN: _sin_jvp,
   Ops.ADD: _add_jvp, Ops.SUB: _sub_jvp, Ops.MUL: _mul_jvp, Ops.FDIV: _fdiv_jvp, Ops.MAX: _max_jvp, Ops.POW: _pow_jvp, Ops.WHERE: _where_jvp,
-  Ops.REDUCE_AXIS: _reduce_axis_jvp, Ops.REDUCE: _reduce_jvp,
-  Ops.ASSIGN: _assign_jvp, Ops.MULTI: _multi_jvp,
+  Ops.REDUCE: _reduce_jvp,
+  **{op: rule for names, rule in ((("REDUCE_AXIS",), _reduce_axis_jvp), (("ASSIGN",), _assign_jvp), (("MULTI",), _multi_jvp),
+                                  (("STACK",), _stack_jvp)) for op in _ops(*names)},
+  **({Ops.STORE: _store_jvp, Ops.AFTER: _after_jvp} if not hasattr(Ops, "ASSIGN") else {}),
 }
 
 def tangent_of(u:UOp, src_tangents:tuple[UOp|None, ...]) -> UOp|None:
@@ -124,7 +139,7 @@ def _check_tangents(primals:Sequence[Tensor], tangents:Sequence[Tensor|None], wh
     if t.shape != x.shape: raise ValueError(f"{what} tangent {i} has shape {t.shape}, but its primal has shape {x.shape}")
     if not dtypes.is_float(x.dtype): raise ValueError(f"{what} primal {i} has dtype {x.dtype}: only floating point primals have tangents")
     if t.dtype != x.dtype: raise ValueError(f"{what} tangent {i} has dtype {t.dtype}, but its primal has dtype {x.dtype}")
-    if t.device != x.device: raise ValueError(f"{what} tangent {i} is on {t.device}, but its primal is on {x.device}")
+    if t.device != x.device and t.device is not None: raise ValueError(f"{what} tangent {i} is on {t.device}, but its primal is on {x.device}")
 
 def jvp_tensors(outputs:Sequence[Tensor], inputs:Sequence[Tensor], tangents:Sequence[Tensor|None]) -> list[Tensor]:
   """
@@ -142,22 +157,41 @@ def jvp_tensors(outputs:Sequence[Tensor], inputs:Sequence[Tensor], tangents:Sequ
   ts = jvp_uops([o.uop for o in outputs], [x.uop for x in inputs], [None if t is None else t.uop for t in tangents])
   return [Tensor(t, device=o.device) for o,t in zip(outputs, ts)]
 
-def fresh_copy(x:Tensor) -> Tensor:
-  """x times a unique 1: a Tensor of x's value whose UOp nothing else has, so a transform can tell the argument it differentiates from
-  the same Tensor closed over (JAX's tracers). The scheduler folds the multiply away, and the unique const keys like an input buffer
-  in the schedule cache, so repeat calls still hit it."""
-  return x * Tensor(1, device=x.device, dtype=x.dtype, _force_unique=True)
+# how many traces are open now: a fresh copy on 0.14 is named by the depth it is made at and its position among its trace's arguments
+_open_traces: list[None] = []
+
+def fresh_copy(x:Tensor, i:int) -> Tensor:
+  """x times a 1 nothing else has: a Tensor of x's value whose UOp nothing else has, so a transform can tell the argument it
+  differentiates from the same Tensor closed over (JAX's tracers). The scheduler folds the multiply away. On 0.12 the 1 is a unique
+  const, which keys like an input buffer in the schedule cache; 0.14 has no unique consts, there it is a Variable fixed at 1 named by
+  where the copy is made (this trace's depth, the copy's position), so repeat calls build the same graph and hit the cache all the
+  same, and the transform puts x back in what it returns (`untraced`), so no later call's copy can meet it"""
+  if hasattr(Ops, "UNIQUE"): return x * Tensor(1, device=x.device, dtype=x.dtype, _force_unique=True)
+  one = UOp.variable(f"jvp_copy_{len(_open_traces)}_{i}", 1, 1)
+  return x._apply_uop(lambda u: u * one.cast(u.dtype))
+
+def _one_of(c:Tensor) -> UOp:
+  """the 1 a fresh copy is x times: the last unique CONST of its graph (0.12, one's srcs come after all of x's), or its Variable (0.14)"""
+  if hasattr(Ops, "UNIQUE"): return [u for u in c.uop.toposort() if u.op is Ops.CONST and any(s.op is Ops.UNIQUE for s in u.src)][-1]
+  return c.uop.src[1].src[0]
+
+def untraced(tree, copies:list[Tensor]):
+  """tree's Tensors with each fresh copy in `copies` replaced by its Tensor (0.14; on 0.12 the unique consts stay, folded later)"""
+  if hasattr(Ops, "UNIQUE") or not copies: return tree
+  back = {c.uop: c.uop.src[0] for c in copies}
+  return tree_map_skip_none(lambda t: Tensor(t.uop.substitute(back), device=t.device) if isinstance(t, Tensor) else t, tree)
 
 @contextlib.contextmanager
 def tracing(copies:list[Tensor]):
   """while fn runs on fresh copies: a Tensor computed from one is traced (TRANSFORMS.tracers), realize leaves it lazy and setitem
   into it is functional, so fn's `.realize()` or `y[i] = v` doesn't cut its outputs from the arguments"""
-  # each copy's unique 1: the last unique CONST of its graph (x * one: one's srcs come after all of x's)
-  ones = {[u for u in c.uop.toposort() if u.op is Ops.CONST and any(s.op is Ops.UNIQUE for s in u.src)][-1] for c in copies}
-  ones -= TRANSFORMS.tracers
+  ones = {_one_of(c) for c in copies} - TRANSFORMS.tracers
   TRANSFORMS.tracers |= ones
+  _open_traces.append(None)
   try: yield
-  finally: TRANSFORMS.tracers -= ones
+  finally:
+    TRANSFORMS.tracers -= ones
+    _open_traces.pop()
 
 def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]:
   """
@@ -184,11 +218,12 @@ def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]
   # a dict's tangents pair with its primals by key, whatever order each was written in (as JAX's)
   flat_primals, flat_tangents = tree_leaves(list(primals)), tree_leaves_as(list(tangents), list(primals))
   _check_tangents(flat_primals, flat_tangents, "jvp")
-  fresh = [x if t is None else fresh_copy(x) for x,t in zip(flat_primals, flat_tangents)]
+  fresh = [x if t is None else fresh_copy(x, i) for i,(x,t) in enumerate(zip(flat_primals, flat_tangents))]
   with tracing([f for f,t in zip(fresh, flat_tangents) if t is not None]): out = fn(*tree_unflatten(list(primals), fresh))
   # None in the output is an empty subtree, as in JAX: its tangent is None
   outs = [l for l in tree_leaves(out) if l is not None]
   if bad:=[l for l in outs if not isinstance(l, Tensor)]:
     raise TypeError(f"jvp: fn must return a Tensor or a tuple/list/dict of Tensors (or None), got a {type(bad[0]).__name__}")
   tangents_out = iter(jvp_tensors(outs, fresh, flat_tangents))
-  return out, tree_map_skip_none(lambda _: next(tangents_out), out)
+  copies = [f for f,t in zip(fresh, flat_tangents) if t is not None]
+  return untraced(out, copies), untraced(tree_map_skip_none(lambda _: next(tangents_out), out), copies)
