@@ -10,6 +10,7 @@ import re, sys
 import numpy as np
 from tinygrad import Tensor, GlobalCounters, vmap
 from tinygrad.vmap import vmap_range, varg
+from tinygrad.uop.ops import Ops
 
 B, D = 1000, 8   # a batch of 1000 examples, each a vector of 8 numbers
 LOOP_N = 100     # the Python-loop baseline runs on the first 100 examples only: it is slow (a kernel per example)
@@ -40,10 +41,14 @@ ok &= np.allclose(bracket_score(xs, w).numpy(), want, rtol=1e-5, atol=1e-5)
 print(f"batched_score on {B} examples vs a numpy loop: {'PASS' if ok else 'FAIL'}")
 
 # 4. the generated C kernel: the schedule is the list of kernels that compute the tensor, ours is the last one.
-#    .schedule() plans the kernels without running them; a Tensor is scheduled once, so this is a fresh one
-schedule = batched_score(xs, w).schedule()
-src = schedule[-1].lower().prg.p.src
-print(f"\nkernels in the schedule: {len(schedule)}. The C source of the last one:\n{src}")
+#    It plans the kernels without running them; a Tensor is scheduled once, so this is a fresh one
+def kernel_sources(t:Tensor) -> list[str]:
+  if hasattr(t, "schedule"): return [ei.lower().prg.p.src for ei in t.schedule()]   # tinygrad 0.12
+  from tinygrad.engine.realize import compile_linear                               # 0.14: the compiled schedule's kernels
+  return [u.arg for u in compile_linear(t.schedule_linear()).toposort() if u.op is Ops.SOURCE]
+sources = kernel_sources(batched_score(xs, w))
+src = sources[-1]
+print(f"\nkernels in the schedule: {len(sources)}. The C source of the last one:\n{src}")
 # the loop over the batch is the one over `Lidx`: the CPU heuristics may take several examples per iteration as the lanes of a vector
 loops = re.findall(r"for \(int (Lidx\w*) = 0; \w+ < (\d+); \w+\+\+\)", src)
 print("loops over the batch:", [f"{name}: {n} iterations of {B // int(n)} examples" for name, n in loops])

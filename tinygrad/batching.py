@@ -64,9 +64,11 @@ pm_batch = PatternMatcher([
     _batch_of_batch_axes(ctx, UOp(Ops.STACK, ret.dtype, tuple(ctx.full(i) for i in range(len(ret.src)))), 1)),
   # REDUCE reduces the leading arg[1] axes: those go in front of the batch axes
   (UPat(Ops.REDUCE, name="ret"), lambda ctx, ret: UOp(Ops.REDUCE, ret.dtype, (_reduced_in_front(ctx, ret.arg[1]),), ret.arg)),
-  # what a vmap scope can't hold on 0.14 yet: writes (assign, setitem), calls, and values on several devices
-  (UPat((Ops.STORE, Ops.AFTER), name="ret"), lambda ctx, ret: _not_batchable(ret, "(an assign or setitem into a per-example value) isn't "
-                                                                            "supported on tinygrad 0.14 yet: build the value functionally")),
+  # a write of a per-example value into a buffer with no data of its own (clone: AFTER(empty, STORE(empty, value))) is the value: each
+  # example gets its own (Tensor.assign and __setitem__ refuse a buffer with data, and set items functionally inside a scope)
+  (UPat(Ops.STORE, src=(UPat(), UPat()), name="ret"), lambda ctx, ret: ctx.src[1] if not ctx.batched[0] else None),
+  (UPat(Ops.AFTER, src=(UPat(), UPat(Ops.STORE)), name="ret"), lambda ctx, ret: ctx.src[1] if not ctx.batched[0] else None),
+  # what a vmap scope can't hold on 0.14 yet: calls, and values on several devices
   (UPat((Ops.CALL, Ops.FUNCTION, Ops.GETTUPLE, Ops.CUSTOM_FUNCTION, Ops.MSELECT, Ops.MSTACK, Ops.UNSHARD, Ops.ALLREDUCE), name="ret"),
    lambda ctx, ret: _not_batchable(ret, "isn't supported on tinygrad 0.14 yet")),
 ])
