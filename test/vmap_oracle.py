@@ -48,6 +48,14 @@ def schedule_cache_size() -> int:
   except ImportError: from tinygrad.schedule import schedule_cache
   return len(schedule_cache)
 
+# the 0.12 line's vmap scopes reach the scheduler (which refuses some sharded cases with a clear error); on 0.14 (no OUTER) a scope is a
+# batched graph from its vmapout on, and upstream's multi-device code runs those cases
+SCOPES_IN_SCHEDULER = hasattr(AxisType, "OUTER")
+
+def needs_grad(t:Tensor) -> Tensor:
+  """t, marked for backward() to fill its .grad: requires_grad_() on 0.12; 0.14 fills every float leaf's"""
+  return t.requires_grad_() if hasattr(t, "requires_grad_") else t
+
 def kernel_sources(t:Tensor) -> list[str]:
   """the source code of the kernels that realize t, in the order they run"""
   if hasattr(t, "schedule"): return [p.src for ei in t.schedule() if (p:=getattr(ei.lower().prg, "p", None)) is not None]

@@ -77,7 +77,10 @@ def _reduce_jvp(ctx, ret):
   # the end of a vmap scope
   if isinstance(ret.arg, tuple): return reduce_tangent(ctx[0], ret, ret.arg[0], lambda u, op=Ops.ADD: UOp(Ops.REDUCE, u.dtype, (u,), (op, ret.arg[1])))
   return reduce_tangent(ctx[0], ret, ret.arg, lambda u, op=Ops.ADD: u.reduce(*ret.src[1:], arg=op))
-def _stack_jvp(ctx, ret): return UOp(Ops.STACK, ret.dtype, tuple(_instantiate_zeros(t, s) for t,s in zip(ctx, ret.src)))
+def _stack_jvp(ctx, ret): return UOp(ret.op, ret.dtype, tuple(_instantiate_zeros(t, s) for t,s in zip(ctx, ret.src)), ret.arg)
+# 0.14's multi-device ops: UNSHARD (a value and its DEVICE ranges), MSELECT (one device's), MSTACK (per-device values, like STACK) and a
+# sum over devices are linear
+def _allreduce_jvp(ctx, ret): return _linear_jvp(ctx, ret) if ret.arg[0] is Ops.ADD else _no_tangent(ret.op, f"allreduce {ret.arg[0]}")
 # 0.14's assign (clone, `+=` on a Tensor made in fn) is AFTER(target, STORE(target, value)): the value's tangent overwrites the target's
 def _store_jvp(ctx, ret): return ctx[1]
 def _after_jvp(ctx, ret): return ctx[1] if len(ret.src) == 2 and ret.src[1].op is Ops.STORE else ctx[0]
@@ -100,7 +103,8 @@ primitive_jvps: dict[Ops, Callable[[tuple[UOp|None, ...], UOp], UOp|None]] = {
   Ops.ADD: _add_jvp, Ops.SUB: _sub_jvp, Ops.MUL: _mul_jvp, Ops.FDIV: _fdiv_jvp, Ops.MAX: _max_jvp, Ops.POW: _pow_jvp, Ops.WHERE: _where_jvp,
   Ops.REDUCE: _reduce_jvp,
   **{op: rule for names, rule in ((("REDUCE_AXIS",), _reduce_axis_jvp), (("ASSIGN",), _assign_jvp), (("MULTI",), _multi_jvp),
-                                  (("STACK",), _stack_jvp)) for op in _ops(*names)},
+                                  (("STACK", "MSTACK"), _stack_jvp), (("UNSHARD", "MSELECT"), _linear_jvp), (("ALLREDUCE",), _allreduce_jvp))
+                            for op in _ops(*names)},
   **({Ops.STORE: _store_jvp, Ops.AFTER: _after_jvp} if not hasattr(Ops, "ASSIGN") else {}),
 }
 
