@@ -56,7 +56,7 @@ GPU_TESTS := $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/
 .PHONY: test-gpu
 test-gpu:        ## the vmap, jvp and Jacobian tests on an NVIDIA GPU (GPU=CUDA or NV); tools/gpu_env.py finds libcuda and nvrtc or says what to set
 	@env_lines="$$(PYTHONPATH=. $(PYTHON) tools/gpu_env.py $(GPU))" && eval "$$env_lines" && \
-	  env -u CPU $(GPU)=1 timeout -s INT $(GPU_TIMEOUT) $(PYTHON) -m pytest -q -n $(GPU_WORKERS) -rfE --tb=line -p no:cacheprovider $(GPU_TESTS)
+	  env -u CPU -u DEV $(if $(filter 0.14.0,$(UPSTREAM)),DEV=$(GPU),$(GPU)=1) timeout -s INT $(GPU_TIMEOUT) $(PYTHON) -m pytest -q -n $(GPU_WORKERS) -rfE --tb=line -p no:cacheprovider $(GPU_TESTS)
 demo: setup      ## examples/quickstart.py: vmap a per-example function, check it against numpy, show the kernel and kernel counts
 	CPU=1 PYTHONPATH=. $(PYTHON) examples/quickstart.py
 test-upstream: setup-upstream   ## upstream's own suite (the pinned sdist's test/*.py) on the fork; fails only on failures vanilla lacks
