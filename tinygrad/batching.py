@@ -83,6 +83,10 @@ def _enter(x:UOp, dx:tuple[UOp, ...], vmapin:UOp, ranges:tuple[UOp, ...]) -> tup
   if any(a.op is Ops.RANGE for a in rest): ret = ret.vmapin((UOp.const(dtypes.index, 0),)*len(dims) + rest)
   return ret, dims
 
+def _aligned(b:UOp, d:tuple[UOp, ...], dims:tuple[UOp, ...]) -> UOp:
+  """b, batched over d (a subsequence of dims), with an axis per RANGE of dims in front: size 1 for the ones it doesn't depend on"""
+  return b if d == dims else b.reshape(tuple(_size(r) if r in d else 1 for r in dims) + b.shape[len(d):])
+
 def batch_scope(y:UOp, varg:tuple[UOp, ...]) -> UOp:
   """the batch of y, one example of the scope whose RANGEs are in varg, with its axes where varg says (VMAPOUT's semantics)"""
   ranges = tuple(a for a in varg if a.op is Ops.RANGE)
@@ -94,15 +98,11 @@ def batch_scope(y:UOp, varg:tuple[UOp, ...]) -> UOp:
       done[u] = _enter(*done.get(u.src[0], (u.src[0], ())), u, ranges)
       continue
     dims = tuple(r for r in ranges if any(r in d for s in u.src if s in done for d in [done[s][1]]))
-    def aligned(s:UOp) -> UOp:
-      b, d = done[s]
-      return b if d == dims else b.reshape(tuple(_size(r) if r in d else 1 for r in dims) + b.shape[len(d):])
-    ctx = BatchCtx(dims, tuple(aligned(s) if s in done else s for s in u.src), tuple(s in done for s in u.src))
+    ctx = BatchCtx(dims, tuple(_aligned(*done[s], dims) if s in done else s for s in u.src), tuple(s in done for s in u.src))
     if (ret:=pm_batch.rewrite(u, ctx)) is None: _not_batchable(u, "has no batching rule")
     done[u] = (ret, dims)
   b, dims = done.get(y, (y, ()))
-  full = BatchCtx(tuple(ranges), (b.reshape(tuple(_size(r) if r in dims else 1 for r in ranges) + y.shape),), (True,)).full(0) \
-    if dims != ranges else b
+  full = BatchCtx(ranges, (_aligned(b, dims, ranges),), (True,)).full(0)   # every RANGE of the scope, also where y doesn't depend on it
   inner = iter(range(len(ranges), len(ranges)+len(y.shape)))
   return full.permute(tuple(ranges.index(a) if a.op is Ops.RANGE else next(inner) for a in varg))
 

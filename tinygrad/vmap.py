@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinygrad.dtype import dtypes
 from tinygrad.uop.ops import UOp, Ops, AxisType, sint
-from tinygrad.tensor import Tensor
+from tinygrad.tensor import Tensor, is_numpy_ndarray   # tensor.py has it on both lines (0.12 imports it from helpers)
 from tinygrad.pytree import tree_map, tree_leaves
 from tinygrad.transform_state import TRANSFORMS, KEPT
 
@@ -146,8 +146,6 @@ def _arg_names(fn:Callable) -> Callable[[int], list[str]]:
   try: params = [p for p in inspect.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
   except (TypeError, ValueError): params = []
   return lambda n: [f"argument {p.name}" for p in params[:n]] + [f"args[{i}]" for i in range(len(params), n)]
-
-def is_numpy_ndarray(x) -> bool: return type(x).__module__ == "numpy" and type(x).__name__ == "ndarray"
 
 def _from_numpy(x):
   """a numpy array or numpy scalar (np.float64 is a float, np.float32 isn't) as a Tensor of its dtype, anything else as it is"""
