@@ -101,5 +101,23 @@ class TestFixes(unittest.TestCase):
     np.testing.assert_allclose(Tensor(x).sin().numpy(), np.sin(x), atol=1e-5)
     np.testing.assert_allclose(Tensor(x).cos().numpy(), np.cos(x), atol=1e-5)
 
+  def test_jit_replays_variables_bound_inside(self):
+    # fix-jit-inner-variables: a Variable bound inside a jitted function (one kernel run at several values, an index over time)
+    # crashed the JIT's graph ("'knot' is not in list") or replayed with no value; each kernel replays with the value it ran with
+    from tinygrad import TinyJit
+    buf = Tensor.zeros(6, 3).contiguous().realize()
+    @TinyJit
+    def recursion(x:Tensor) -> Tensor:
+      buf[5].assign(x).realize()
+      for k in reversed(range(5)):
+        k = UOp.variable("knot", 0, 4).bind(k)
+        buf[k].assign(buf[k + 1] * 0.5 + 1).realize()
+      return buf
+    for call in range(4):
+      x = rand(3, seed=call)
+      want = [x]
+      for _ in range(5): want.insert(0, want[0] * 0.5 + 1)
+      np.testing.assert_allclose(recursion(Tensor(x, dtype=dtypes.float32)).numpy(), np.stack(want), rtol=1e-6)
+
 if __name__ == "__main__":
   unittest.main()
