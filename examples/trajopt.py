@@ -1,0 +1,242 @@
+"""Trajectory optimization with batched Jacobians: iLQR for a kinematic bicycle around circular obstacles, B problems at once.
+
+  CPU=1 PYTHONPATH=. python examples/trajopt.py [--T 100] [--B 16] [--iters 80] [--float64] [--plot]
+
+The car (state px, py, theta, v; controls a = acceleration, delta = steering; Euler steps, `step`) drives from a start pose to
+GOAL in HORIZON_S seconds between circular OBSTACLES, with |a| <= A_MAX and |delta| <= DELTA_MAX. Obstacles and bounds are
+quadratic penalties on their violation (`running_cost`), the goal a quadratic terminal cost (`terminal_cost`). Every function of
+the problem is written for ONE knot; the solver batches them.
+
+Why iLQR: it keeps the dynamics exactly satisfied (each iterate is a rollout), so the only violations left are the penalties', and
+its linear algebra is 4x4 and 2x2 per knot: a Riccati recursion backward in time, then a rollout forward. A Gauss-Newton step on
+all knots at once would need a banded solve of 6T unknowns per problem, which is the same recursion written as a factorization.
+
+One iteration (`Solver.iterate`, under TinyJit after its first two calls):
+  1. linearize: per problem, `vmap(jacfwd(step, argnums=(0, 1)))` over the knots gives the 4x4 and 4x2 dynamics Jacobians, and
+     `vmap(jacrev(running_cost))` and `vmap(hessian(running_cost))` the cost's gradient and Hessian in (state, control); the
+     per-problem function is vmapped over the B problems. All knots of all problems: a fixed number of kernels.
+  2. backward pass: the Riccati recursion, one knot a step from the last; each step is `vmap(riccati_step)` over the problems,
+     written in place into row k of the value-function and policy buffers (9 kernels: its 4 outputs and what they share).
+  3. forward pass: the rollouts for every step size in ALPHAS at once (`vmap` over problems and step sizes), 2 kernels a knot.
+  4. evaluate: the cost of every candidate (vmap over problems, step sizes and knots), then per problem the best step size is kept
+     if it lowers the cost, and the Levenberg-Marquardt damping `mu` of its Quu goes down, else up. Nothing leaves the device.
+tinygrad has no scan: a recursion over time is kernels per knot (`KnotStep`: one step traced, scheduled and compiled once, and
+replayed at every knot), so an iteration is 11 T + a constant kernels, whatever B; TinyJit replays them as one graph.
+"""
+import argparse, sys, time
+from typing import Callable
+import numpy as np
+from tinygrad import Tensor, TinyJit, Device, dtypes, vmap, jacfwd, jacrev, hessian
+from tinygrad.dtype import DType
+from tinygrad.uop.ops import UOp
+from tinygrad.engine.realize import run_schedule
+
+# the problem: one start pose per problem, the rest shared
+HORIZON_S, WHEELBASE = 8.0, 2.5
+GOAL = (12.0, 0.0, 0.0, 0.0)                                       # px, py, theta, v
+OBSTACLES = ((5.0, 2.8, 1.5), (5.0, -2.8, 1.5), (9.0, 1.5, 0.6))    # cx, cy, radius
+MARGIN = 0.2                                                         # penalized distance kept from an obstacle
+A_MAX, DELTA_MAX = 2.0, 0.5
+W_U, W_OBS, W_BOUND, W_T = (0.2, 2.0), 1000.0, 3000.0, (100.0, 100.0, 20.0, 20.0)
+# the solver
+ALPHAS = (1.0, 0.5, 0.25, 0.1, 0.03)                                 # step sizes tried in parallel by the forward pass
+MU0, MU_MIN, MU_MAX, MU_UP, MU_DOWN = 1e-2, 1e-6, 1e6, 10.0, 3.0    # damping added to Quu, per problem
+
+def step(x:Tensor, u:Tensor, dt:float) -> Tensor:
+  """one Euler step of the kinematic bicycle, for one knot: state (4,), control (2,) -> next state (4,)"""
+  px, py, theta, v, a, delta = x[0], x[1], x[2], x[3], u[0], u[1]
+  return Tensor.stack(px + dt * v * theta.cos(), py + dt * v * theta.sin(), theta + dt * v * delta.tan() / WHEELBASE, v + dt * a)
+
+def running_cost(z:Tensor, dt:float) -> Tensor:
+  """the cost of one knot, z = (state, control) (6,): control effort, then the obstacle and bound penalties"""
+  cost = 0.5 * dt * (W_U[0] * z[4] * z[4] + W_U[1] * z[5] * z[5])
+  for cx, cy, r in OBSTACLES:
+    dist = ((z[0] - cx).square() + (z[1] - cy).square()).sqrt()
+    cost = cost + dt * W_OBS * (r + MARGIN - dist).relu().square()
+  for i, bound in ((4, A_MAX), (5, DELTA_MAX)):
+    cost = cost + dt * W_BOUND * ((z[i] - bound).relu().square() + (-z[i] - bound).relu().square())
+  return cost
+
+def terminal_cost(x:Tensor) -> Tensor:
+  return sum(0.5 * w * (x[i] - g).square() for i, (w, g) in enumerate(zip(W_T, GOAL)))
+
+# ---- small dense linear algebra for one knot, as sums of elementwise products (no reduce: a Riccati step is one kernel) and with
+# no transposes (a permuted read of the buffer a step writes into would make tinygrad copy the result before the write)
+def mm(a:Tensor, b:Tensor) -> Tensor: return sum(a[:, i:i+1] * b[i:i+1, :] for i in range(a.shape[1]))        # a @ b
+def mtm(a:Tensor, b:Tensor) -> Tensor: return sum(a[i][:, None] * b[i][None, :] for i in range(a.shape[0]))   # a.T @ b
+def mv(a:Tensor, x:Tensor) -> Tensor: return sum(a[:, i] * x[i] for i in range(a.shape[1]))                  # a @ x
+def mtv(a:Tensor, x:Tensor) -> Tensor: return sum(a[i] * x[i] for i in range(a.shape[0]))                    # a.T @ x
+def inv2(m:Tensor) -> Tensor:
+  a, b, c, d = m[0, 0], m[0, 1], m[1, 0], m[1, 1]
+  return Tensor.stack(d, -b, -c, a).reshape(2, 2) / (a * d - b * c)
+
+def riccati_step(Vx:Tensor, Vxx:Tensor, A:Tensor, B:Tensor, g:Tensor, H:Tensor, mu:Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+  """one knot of the backward pass, for one problem: from the value function after the knot (Vx, Vxx), the dynamics Jacobians
+  (A, B) and the cost's gradient and Hessian (g, H), the value function before it and the knot's feedback gain K and step k.
+  `mu` damps Quu (Levenberg-Marquardt). Four outputs, four kernels: one packed output would compute every piece in every lane"""
+  Qx, Qu = g[:4] + mtv(A, Vx), g[4:] + mtv(B, Vx)
+  VA, VB = mm(Vxx, A), mm(Vxx, B)
+  Qxx, Qux = H[:4, :4] + mtm(A, VA), H[4:, :4] + mtm(B, VA)
+  Quu = H[4:, 4:] + mtm(B, VB) + mu * Tensor.eye(2, dtype=mu.dtype)
+  Quu_inv = inv2(Quu)
+  K, k = -mm(Quu_inv, Qux), -mv(Quu_inv, Qu)
+  Vx = Qx + mtv(K, mv(Quu, k)) + mtv(K, Qu) + mtv(Qux, k)
+  Vxx = Qxx + mtm(K, mm(Quu, K)) + mtm(K, Qux) + mtm(Qux, K)
+  return Vx, Vxx, K, k
+
+def feedback_control(xc:Tensor, x:Tensor, u:Tensor, K:Tensor, k:Tensor, alpha:Tensor) -> Tensor:
+  """the control of a candidate at one knot: the nominal u, plus alpha times the step k, plus K times the state's deviation"""
+  return u + alpha * k + mv(K, xc - x)
+
+class KnotStep:
+  """one step of a recursion over the knots, replayed at every knot: `build(k)` makes the Tensors the step realizes (assigns into
+  row k of persistent buffers) with k a bound Variable, once; its schedule (and its kernels, compiled once) then runs at each knot
+  with the Variable's value. Building and scheduling the step at every knot would cost T times the Python, and the same kernel
+  compiled T times with k a constant. Under TinyJit each knot's kernels are captured with the value of k they ran with."""
+  def __init__(self, T:int, build:Callable[[UOp], list[Tensor]]):
+    self.knot, self.build, self.schedule = UOp.variable("knot", 0, T - 1), build, None
+  def __call__(self, k:int):
+    if self.schedule is None:
+      first, *rest = self.build(self.knot.bind(k))
+      self.schedule, _ = first.schedule_with_vars(*rest)
+    run_schedule(list(self.schedule), {self.knot.expr: k})
+
+class Solver:
+  """iLQR over a batch of problems that differ in their start pose; `iterate` is one iteration, replayed by TinyJit"""
+  def __init__(self, starts:np.ndarray, T:int, dtype:DType=dtypes.float32):
+    self.B, self.T, self.dt, self.dtype = len(starts), T, HORIZON_S / T, dtype
+    dt = self.dt
+    self.alphas = Tensor(ALPHAS, dtype=dtype).realize()
+    # per knot, written once: batched over the knots of one problem by vmap, then over the problems
+    dynamics_jacobians = vmap(jacfwd(lambda x, u: step(x, u, dt), argnums=(0, 1)))
+    cost_gradient, cost_hessian = vmap(jacrev(lambda z: running_cost(z, dt))), vmap(hessian(lambda z: running_cost(z, dt)))
+    def linearize(X:Tensor, U:Tensor) -> tuple[Tensor, ...]:
+      Z = X[:-1].cat(U, dim=1)
+      return *dynamics_jacobians(X[:-1], U), cost_gradient(Z), cost_hessian(Z)
+    def trajectory_cost(X:Tensor, U:Tensor) -> Tensor:
+      return vmap(lambda z: running_cost(z, dt))(X[:-1].cat(U, dim=1)).sum() + terminal_cost(X[-1])
+    self.linearize, self.trajectory_cost, self.candidate_costs = vmap(linearize), vmap(trajectory_cost), vmap(vmap(trajectory_cost))
+    self.terminal_value = vmap(lambda x: (jacrev(terminal_cost)(x), hessian(terminal_cost)(x)))
+    riccati_steps = vmap(riccati_step)                                                       # over problems
+    rollout_steps = vmap(vmap(lambda xc, x, u, K, k, alpha: step(xc, feedback_control(xc, x, u, K, k, alpha), dt),
+                              in_axes=(0, None, None, None, None, 0)), in_axes=(0, 0, 0, 0, 0, None))   # over problems, then step sizes
+    self.candidate_controls = vmap(vmap(vmap(feedback_control, in_axes=(0, 0, 0, 0, 0, None)), in_axes=(0, None, None, None, None, 0)),
+                                   in_axes=(0, 0, 0, 0, 0, None))                         # over problems, step sizes, knots
+    # the state of the solver: the nominal trajectories, the damping and the cost
+    def buffer(*shape): return Tensor.zeros(*shape, dtype=dtype).contiguous().realize()
+    self.U = buffer(self.B, T, 2)
+    self.X = Tensor(rollout_numpy(starts, np.zeros((self.B, T, 2)), self.dt), dtype=dtype).realize()
+    self.mu = Tensor.full((self.B,), MU0, dtype=dtype).contiguous().realize()
+    self.cost = self.trajectory_cost(self.X, self.U).contiguous().realize()
+    # per knot: the derivatives (A, B, g, H), the value function and policy (Vx, Vxx, K, k), the candidates' states
+    self.derivs = [buffer(self.B, T, *shape) for shape in ((4, 4), (4, 2), (6,), (6, 6))]
+    self.Vx, self.Vxx, self.K, self.k = buffer(self.B, T + 1, 4), buffer(self.B, T + 1, 4, 4), buffer(self.B, T, 2, 4), buffer(self.B, T, 2)
+    self.candidates = buffer(self.B, len(ALPHAS), T + 1, 4)
+    self.candidates[:, :, 0].assign(self.X[:, None, 0].expand(self.B, len(ALPHAS), 4)).realize()
+    # the recursions over time: one knot's step, written in place into row k of the buffers, replayed at every knot
+    def backward(k:UOp) -> list[Tensor]:
+      outs = riccati_steps(self.Vx[:, k + 1], self.Vxx[:, k + 1], *(d[:, k] for d in self.derivs), self.mu)
+      return [buf[:, k].assign(out) for buf, out in zip((self.Vx, self.Vxx, self.K, self.k), outs)]
+    def forward(k:UOp) -> list[Tensor]:
+      Xc = self.candidates
+      return [Xc[:, :, k + 1].assign(rollout_steps(Xc[:, :, k], self.X[:, k], self.U[:, k], self.K[:, k], self.k[:, k], self.alphas))]
+    self.backward_step, self.forward_step = KnotStep(T, backward), KnotStep(T, forward)
+    self.iterate = TinyJit(self._iterate)
+
+  def _iterate(self) -> Tensor:
+    X, U, T, Xc = self.X, self.U, self.T, self.candidates
+    Tensor.realize(*(buf.assign(d) for buf, d in zip(self.derivs, self.linearize(X, U))))
+    Tensor.realize(*(buf[:, T].assign(v) for buf, v in zip((self.Vx, self.Vxx), self.terminal_value(X[:, T]))))
+    for k in reversed(range(T)): self.backward_step(k)
+    for k in range(T): self.forward_step(k)
+    Uc = self.candidate_controls(Xc[:, :, :T], X[:, :T], U, self.K, self.k, self.alphas)
+    costs = self.candidate_costs(Xc, Uc)
+    costs = (costs != costs).where(float("inf"), costs)                    # a candidate that diverged (NaN) is never the best
+    best = costs.argmin(axis=1)
+    chosen = Tensor.arange(len(ALPHAS))[None] == best[:, None]              # (B, alphas): a where, not a product: 0 * nan is nan
+    best_X = chosen[:, :, None, None].where(Xc, 0).sum(1)
+    best_U = chosen[:, :, None, None].where(Uc, 0).sum(1)
+    best_cost = costs.min(axis=1)
+    better = best_cost < self.cost
+    new_X, new_U = better[:, None, None].where(best_X, X), better[:, None, None].where(best_U, U)
+    new_mu = better.where((self.mu / MU_DOWN).maximum(MU_MIN), (self.mu * MU_UP).minimum(MU_MAX))
+    new_cost = better.where(best_cost, self.cost)
+    # computed before any is written: each reads X and U
+    new_state = [t.contiguous() for t in (new_X, new_U, new_mu, new_cost)]
+    Tensor.realize(*new_state)
+    Tensor.realize(*(old.assign(new) for old, new in zip((X, U, self.mu, self.cost), new_state)))
+    return self.cost
+
+def rollout_numpy(starts:np.ndarray, U:np.ndarray, dt:float) -> np.ndarray:
+  """the states a start pose and controls give: the initial trajectory (controls zero)"""
+  X = [np.asarray(starts, dtype=np.float64)]
+  for k in range(U.shape[1]):
+    px, py, th, v = X[-1].T
+    a, delta = U[:, k].T
+    X.append(np.stack([px + dt * v * np.cos(th), py + dt * v * np.sin(th), th + dt * v * np.tan(delta) / WHEELBASE, v + dt * a], -1))
+  return np.stack(X, 1)
+
+def start_poses(B:int, seed:int=0) -> np.ndarray:
+  """B start poses left of the obstacles: px 0, py in [-2, 2], heading towards the goal within 0.05 rad, speed in [0, 1]"""
+  rng = np.random.default_rng(seed)
+  py = rng.uniform(-2, 2, B)
+  return np.stack([np.zeros(B), py, np.arctan2(GOAL[1] - py, GOAL[0]) + rng.uniform(-0.05, 0.05, B), rng.uniform(0, 1, B)], 1)
+
+def violations(X:np.ndarray, U:np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """per problem: distance of the final position from the goal's, deepest obstacle penetration, largest bound excess"""
+  goal = np.linalg.norm(X[:, -1, :2] - np.array(GOAL[:2]), axis=1)
+  obs = np.array(OBSTACLES)
+  depth = (obs[:, 2] - np.linalg.norm(X[:, :, None, :2] - obs[:, :2], axis=-1)).max(axis=(1, 2)).clip(0)
+  bounds = np.maximum(np.abs(U[..., 0]).max(1) - A_MAX, np.abs(U[..., 1]).max(1) - DELTA_MAX).clip(0)
+  return goal, depth, bounds
+
+GOAL_TOL, PENETRATION_TOL, BOUND_TOL = 0.1, 0.0, 0.05   # meters, meters, (m/s^2 or rad)
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--T", type=int, default=100, help="knots (50 to 1000)")
+  parser.add_argument("--B", type=int, default=16, help="problems solved at once (1 to 1024)")
+  parser.add_argument("--iters", type=int, default=100)
+  parser.add_argument("--float64", action="store_true")
+  parser.add_argument("--plot", action="store_true", help="write docs/trajopt.png")
+  args = parser.parse_args()
+  solver = Solver(start_poses(args.B), args.T, dtypes.float64 if args.float64 else dtypes.float32)
+  history = [solver.cost.numpy()]
+  st = time.perf_counter()
+  for i in range(args.iters):
+    history.append(solver.iterate().numpy())
+    if i == 2: jit_start = time.perf_counter()
+  Device[Device.DEFAULT].synchronize()
+  per_iter = (time.perf_counter() - jit_start) / (args.iters - 3) * 1e3
+  history = np.stack(history, 1)
+  X, U = solver.X.numpy(), solver.U.numpy()
+  kernels = len(solver.iterate.captured.jit_cache)
+  print(f"T={args.T} knots, B={args.B} problems, {solver.dtype}: {kernels} kernels per iteration, "
+        f"{per_iter:.2f} ms per iteration (TinyJit), first three {(jit_start - st) * 1e3:.0f} ms")
+  for i in list(range(0, args.iters, max(1, args.iters // 8))) + [args.iters]:
+    print(f"  iteration {i:3d}: cost median {np.median(history[:, i]):10.4f}, max {history[:, i].max():10.4f}")
+  goal, depth, bounds = violations(X, U)
+  decreasing = bool((np.diff(history, axis=1) <= 0).all())
+  ok = decreasing and goal.max() < GOAL_TOL and depth.max() <= PENETRATION_TOL and bounds.max() < BOUND_TOL
+  print(f"goal error max {goal.max():.4f} m (< {GOAL_TOL}), obstacle penetration max {depth.max():.4f} m (<= {PENETRATION_TOL}), "
+        f"bound excess max {bounds.max():.4f} (< {BOUND_TOL}), cost never increased: {decreasing}")
+  if args.plot: plot(X, history, "docs/trajopt.png")
+  print("PASS" if ok else "FAIL")
+  return 0 if ok else 1
+
+def plot(X:np.ndarray, history:np.ndarray, path:str):
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, (ax, cx) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [1.6, 1]})
+  for ox, oy, r in OBSTACLES: ax.add_patch(plt.Circle((ox, oy), r, color="0.6"))
+  for x in X: ax.plot(x[:, 0], x[:, 1], lw=1)
+  ax.plot(X[:, 0, 0], X[:, 0, 1], "k.", ms=4, label="start poses")
+  ax.plot(*GOAL[:2], "r*", ms=12, label="goal")
+  ax.set_aspect("equal"); ax.set_xlabel("px [m]"); ax.set_ylabel("py [m]"); ax.legend(loc="lower right")
+  ax.set_title(f"{len(X)} problems solved at once, {X.shape[1] - 1} knots")
+  cx.semilogy(history.T, lw=0.8); cx.set_xlabel("iteration"); cx.set_ylabel("cost"); cx.set_title("cost per problem")
+  fig.tight_layout(); fig.savefig(path, dpi=110)
+  print(f"wrote {path}")
+
+if __name__ == "__main__": sys.exit(main())
