@@ -66,3 +66,4 @@ upstream-baseline: setup-upstream   ## record vanilla upstream's outcome of the 
 bench: setup     ## the benchmark (bench/README.md): bench/RESULTS.md, docs/bench.png; QUICK=1 is CI's smoke run; DEVICE=CUDA the GPU table
 	$(if $(QUICK),,$(PIP) $$($(FORK) deps bench))
 	PYTHONPATH=. $(PYTHON) bench/run.py $(if $(QUICK),--quick) $(if $(DEVICE),--device $(DEVICE))
+	$(if $(or $(DEVICE),$(filter 0.14.0,$(UPSTREAM))),,PYTHONPATH=. $(PYTHON) bench/w7_trajopt.py $(if $(QUICK),--quick,--write))   # W7, the trajectory optimizer (default line)

@@ -939,6 +939,28 @@ def render_kernel_detail(rows:list[dict]) -> str:
                  f"{fmt(k['us'], 1)} |")
   return "\n".join(out)
 
+def render_w7() -> str:
+  """RESULTS.md's W7 section from bench/results-w7.json (bench/w7_trajopt.py --write), when it has been measured"""
+  if not (path := BENCH/"results-w7.json").exists(): return ""
+  w7 = json.loads(path.read_text())
+  rows = w7["rows"]
+  base = next((r["ms"] for r in rows if r["impl"] == "tinygrad"), None)
+  lines = ["| implementation | ms / iteration | ÷ tinygrad | first call ms | kernels / iteration |", "|" + " --- |" * 5]
+  lines += [f"| {r['label']} | {fmt(r['ms'])} | {fmt(r['ms'] / base) if base else '-'} | {fmt(r['first_ms'])} | {r.get('kernels', '-')} |"
+            for r in rows]
+  T, B = rows[0]["T"], rows[0]["B"]
+  return f"""## W7: a trajectory optimizer, one iteration
+
+examples/trajopt.py's iLQR (bench/w7_trajopt.py, measured {w7['date']}): one iteration over B={B} problems of T={T} knots, float32, one
+thread and one core per framework, each in a fresh process (bench/run.py's environment). *ms / iteration*: median of 9 after 3 warm-up
+iterations (TinyJit captures on the 2nd); *first call*: the first iteration of the process (tinygrad: graph building, scheduling,
+codegen, clang; JAX: trace and XLA compile). The same algorithm in all three (test/test_trajopt.py's numpy iLQR is the spec): derivatives
+by vmap of jacfwd / jacrev / hessian over the knots, a Riccati recursion backward and the rollouts of 5 step sizes forward, the best
+step kept per problem. Every framework's iterates are checked against numpy float64 (`python bench/w7_trajopt.py`: float64 to 1e-6).
+
+{chr(10).join(lines)}
+"""
+
 def write_results(d:dict):
   m, v = d["machine"], d["versions"]
   analysis = (BENCH/"analysis.md").read_text() if (BENCH/"analysis.md").exists() else ""
@@ -1017,6 +1039,7 @@ and a fresh compile. *ms / call*: median of 7 (3 at 10^6). Schedule and compile 
 
 ![time per call against N](../docs/bench.png)
 
+{render_w7()}
 {analysis}
 """
   if d["errors"] or d["wrong"]:

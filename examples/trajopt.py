@@ -1,6 +1,6 @@
 """Trajectory optimization with batched Jacobians: iLQR for a kinematic bicycle around circular obstacles, B problems at once.
 
-  CPU=1 PYTHONPATH=. python examples/trajopt.py [--T 100] [--B 16] [--iters 80] [--float64] [--plot]
+  python examples/trajopt.py [--T 100] [--B 16] [--iters 100] [--float64] [--plot]     (after `make demo`'s set-up)
 
 The car (state px, py, theta, v; controls a = acceleration, delta = steering; Euler steps, `step`) drives from a start pose to
 GOAL in HORIZON_S seconds between circular OBSTACLES, with |a| <= A_MAX and |delta| <= DELTA_MAX. Obstacles and bounds are
@@ -24,8 +24,10 @@ tinygrad has no scan: a recursion over time is kernels per knot (`KnotStep`: one
 replayed at every knot), so an iteration is 11 T + a constant kernels, whatever B; TinyJit replays them as one graph.
 """
 import argparse, sys, time
+from pathlib import Path
 from typing import Callable
 import numpy as np
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))   # the fork's tinygrad/ when run from a clone without PYTHONPATH
 from tinygrad import Tensor, TinyJit, Device, dtypes, vmap, jacfwd, jacrev, hessian
 from tinygrad.dtype import DType
 from tinygrad.uop.ops import UOp
@@ -34,7 +36,7 @@ from tinygrad.engine.realize import run_schedule
 # the problem: one start pose per problem, the rest shared
 HORIZON_S, WHEELBASE = 8.0, 2.5
 GOAL = (12.0, 0.0, 0.0, 0.0)                                       # px, py, theta, v
-OBSTACLES = ((5.0, 2.8, 1.5), (5.0, -2.8, 1.5), (9.0, 1.5, 0.6))    # cx, cy, radius
+OBSTACLES = ((5.0, 2.5, 1.4), (5.0, -2.5, 1.4))                     # cx, cy, radius: a gap to drive through
 MARGIN = 0.2                                                         # penalized distance kept from an obstacle
 A_MAX, DELTA_MAX = 2.0, 0.5
 W_U, W_OBS, W_BOUND, W_T = (0.2, 2.0), 1000.0, 3000.0, (100.0, 100.0, 20.0, 20.0)

@@ -24,6 +24,18 @@ class TestBenchQuick(unittest.TestCase):
       self.assertRegex(p.stdout, rf"\| {w} \| tinygrad vmap \(TinyJit\) \|.*\| ok \|")
     self.assertIn("workloads: " + ", ".join(WORKLOADS), p.stdout)
 
+  def test_w7_quick_run(self):
+    # W7's smoke run: the trajectory optimizer's iteration in tinygrad (and JAX, torch where installed) timed small, each checked
+    # against the numpy iLQR of test/test_trajopt.py
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("DEBUG", None)
+    p = subprocess.run([sys.executable, str(ROOT/"bench"/"w7_trajopt.py"), "--quick"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
+    self.assertEqual(p.returncode, 0, p.stdout[-4000:] + p.stderr[-4000:])
+    self.assertRegex(p.stdout, r"tinygrad TinyJit .* ms per iteration, first call .* ms, \d+ kernels")
+    self.assertRegex(p.stdout, r"tinygrad float64 problem 2: final cost")
+    self.assertTrue(p.stdout.rstrip().endswith("PASS"), p.stdout[-2000:])
+
   def test_gpu_table_tried_on_the_cpu(self):
     # the GPU table's code path (--device: every row on one device, batches 10x, BEAM=2's own row), tried out on the CPU device
     p = quick("--device", "CPU", "--only", "W3", "--impls", "vmap_jit,hand_jit,jax", "--without", "jax,torch")
