@@ -945,15 +945,16 @@ def render_w7() -> str:
   w7 = json.loads(path.read_text())
   rows = w7["rows"]
   base = next((r["ms"] for r in rows if r["impl"] == "tinygrad"), None)
-  lines = ["| implementation | ms / iteration | ÷ tinygrad | first call ms | kernels / iteration |", "|" + " --- |" * 5]
-  lines += [f"| {r['label']} | {fmt(r['ms'])} | {fmt(r['ms'] / base) if base else '-'} | {fmt(r['first_ms'])} | {r.get('kernels', '-')} |"
-            for r in rows]
+  lines = ["| implementation | ms / iteration | (each process) | ÷ tinygrad | first call ms | kernels / iteration |", "|" + " --- |" * 6]
+  lines += [f"| {r['label']} | {fmt(r['ms'])} | {', '.join(fmt(x) for x in r.get('runs_ms', []))} | {fmt(r['ms'] / base) if base else '-'} | "
+            f"{fmt(r['first_ms'])} | {r.get('kernels', '-')} |" for r in rows]
   T, B = rows[0]["T"], rows[0]["B"]
   return f"""## W7: a trajectory optimizer, one iteration
 
 examples/trajopt.py's iLQR (bench/w7_trajopt.py, measured {w7['date']}): one iteration over B={B} problems of T={T} knots, float32, one
-thread and one core per framework, each in a fresh process (bench/run.py's environment). *ms / iteration*: median of 9 after 3 warm-up
-iterations (TinyJit captures on the 2nd); *first call*: the first iteration of the process (tinygrad: graph building, scheduling,
+thread and one core per framework, each in a fresh process (bench/run.py's environment), 3 processes each, in rounds. *ms / iteration*:
+median of 9 after 3 warm-up iterations (TinyJit captures on the 2nd) in the median process, then each process's; *first call*: the
+first iteration of that process (tinygrad: graph building, scheduling,
 codegen, clang; JAX: trace and XLA compile). The same algorithm in all three (test/test_trajopt.py's numpy iLQR is the spec): derivatives
 by vmap of jacfwd / jacrev / hessian over the knots, a Riccati recursion backward and the rollouts of 5 step sizes forward, the best
 step kept per problem. Every framework's iterates are checked against numpy float64 (`python bench/w7_trajopt.py`: float64 to 1e-6).

@@ -16,12 +16,12 @@ One iteration (`Solver.iterate`, under TinyJit after its first two calls):
      `vmap(jacrev(running_cost))` and `vmap(hessian(running_cost))` the cost's gradient and Hessian in (state, control); the
      per-problem function is vmapped over the B problems. All knots of all problems: a fixed number of kernels.
   2. backward pass: the Riccati recursion, one knot a step from the last; each step is `vmap(riccati_step)` over the problems,
-     written in place into row k of the value-function and policy buffers (9 kernels: its 4 outputs and what they share).
+     written into the value function's buffer and row k of the policy's (8 kernels: its 4 outputs, each copied into place).
   3. forward pass: the rollouts for every step size in ALPHAS at once (`vmap` over problems and step sizes), 2 kernels a knot.
   4. evaluate: the cost of every candidate (vmap over problems, step sizes and knots), then per problem the best step size is kept
      if it lowers the cost, and the Levenberg-Marquardt damping `mu` of its Quu goes down, else up. Nothing leaves the device.
 tinygrad has no scan: a recursion over time is kernels per knot (`KnotStep`: one step traced, scheduled and compiled once, and
-replayed at every knot), so an iteration is 11 T + a constant kernels, whatever B; TinyJit replays them as one graph.
+replayed at every knot), so an iteration is 10 T + a constant kernels, whatever B; TinyJit replays them as one graph.
 """
 import argparse, sys, time
 from pathlib import Path
@@ -62,33 +62,40 @@ def running_cost(z:Tensor, dt:float) -> Tensor:
 def terminal_cost(x:Tensor) -> Tensor:
   return sum(0.5 * w * (x[i] - g).square() for i, (w, g) in enumerate(zip(W_T, GOAL)))
 
-# ---- small dense linear algebra for one knot, as sums of elementwise products (no reduce: a Riccati step is one kernel) and with
-# no transposes (a permuted read of the buffer a step writes into would make tinygrad copy the result before the write)
-def mm(a:Tensor, b:Tensor) -> Tensor: return sum(a[:, i:i+1] * b[i:i+1, :] for i in range(a.shape[1]))        # a @ b
-def mtm(a:Tensor, b:Tensor) -> Tensor: return sum(a[i][:, None] * b[i][None, :] for i in range(a.shape[0]))   # a.T @ b
-def mv(a:Tensor, x:Tensor) -> Tensor: return sum(a[:, i] * x[i] for i in range(a.shape[1]))                  # a @ x
-def mtv(a:Tensor, x:Tensor) -> Tensor: return sum(a[i] * x[i] for i in range(a.shape[0]))                    # a.T @ x
-def inv2(m:Tensor) -> Tensor:
-  a, b, c, d = m[0, 0], m[0, 1], m[1, 0], m[1, 1]
-  return Tensor.stack(d, -b, -c, a).reshape(2, 2) / (a * d - b * c)
+# ---- small dense linear algebra for one knot, on the entries themselves: a matrix is a nested list of 0-d Tensors. Written with
+# vectors instead, a knot's step reads a vector (K, Vxx @ A) at several indices, and rangeify realizes each such vector into a buffer
+# of its own: a kernel launch per knot each (the Riccati step had 5 of those)
+def entries(t:Tensor) -> list: return [entries(t[i]) for i in range(t.shape[0])] if t.ndim else t
+def tensor(m:list) -> Tensor: return Tensor.stack(*[tensor(r) for r in m]) if isinstance(m, list) else m
+def add(*ms): return [add(*xs) for xs in zip(*ms)] if isinstance(ms[0], list) else sum(ms[1:], ms[0])
+def neg(m): return [neg(x) for x in m] if isinstance(m, list) else -m
+def tr(m:list) -> list: return [list(r) for r in zip(*m)]
+def mm(a:list, b:list) -> list: return [[sum((r[k] * b[k][j] for k in range(1, len(b))), r[0] * b[0][j]) for j in range(len(b[0]))] for r in a]
+def mv(a:list, x:list) -> list: return [sum((r[k] * x[k] for k in range(1, len(x))), r[0] * x[0]) for r in a]
+def inv2(m:list) -> list:
+  (a, b), (c, d) = m
+  det = a * d - b * c
+  return [[d / det, -b / det], [-c / det, a / det]]
 
 def riccati_step(Vx:Tensor, Vxx:Tensor, A:Tensor, B:Tensor, g:Tensor, H:Tensor, mu:Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
   """one knot of the backward pass, for one problem: from the value function after the knot (Vx, Vxx), the dynamics Jacobians
   (A, B) and the cost's gradient and Hessian (g, H), the value function before it and the knot's feedback gain K and step k.
-  `mu` damps Quu (Levenberg-Marquardt). Four outputs, four kernels: one packed output would compute every piece in every lane"""
-  Qx, Qu = g[:4] + mtv(A, Vx), g[4:] + mtv(B, Vx)
+  `mu` damps Quu (Levenberg-Marquardt). Four outputs: one packed output would compute every piece in every lane"""
+  Vx, Vxx, A, B, g, H = (entries(t) for t in (Vx, Vxx, A, B, g, H))
+  Qx, Qu = add(g[:4], mv(tr(A), Vx)), add(g[4:], mv(tr(B), Vx))
   VA, VB = mm(Vxx, A), mm(Vxx, B)
-  Qxx, Qux = H[:4, :4] + mtm(A, VA), H[4:, :4] + mtm(B, VA)
-  Quu = H[4:, 4:] + mtm(B, VB) + mu * Tensor.eye(2, dtype=mu.dtype)
+  Qxx, Qux = add([r[:4] for r in H[:4]], mm(tr(A), VA)), add([r[:4] for r in H[4:]], mm(tr(B), VA))
+  Quu = add([r[4:] for r in H[4:]], mm(tr(B), VB), [[mu, 0], [0, mu]])
   Quu_inv = inv2(Quu)
-  K, k = -mm(Quu_inv, Qux), -mv(Quu_inv, Qu)
-  Vx = Qx + mtv(K, mv(Quu, k)) + mtv(K, Qu) + mtv(Qux, k)
-  Vxx = Qxx + mtm(K, mm(Quu, K)) + mtm(K, Qux) + mtm(Qux, K)
-  return Vx, Vxx, K, k
+  K, k = neg(mm(Quu_inv, Qux)), neg(mv(Quu_inv, Qu))
+  Vx = add(Qx, mv(tr(K), mv(Quu, k)), mv(tr(K), Qu), mv(tr(Qux), k))
+  Vxx = add(Qxx, mm(tr(K), mm(Quu, K)), mm(tr(K), Qux), mm(tr(Qux), K))
+  return tensor(Vx), tensor(Vxx), tensor(K), tensor(k)
 
 def feedback_control(xc:Tensor, x:Tensor, u:Tensor, K:Tensor, k:Tensor, alpha:Tensor) -> Tensor:
   """the control of a candidate at one knot: the nominal u, plus alpha times the step k, plus K times the state's deviation"""
-  return u + alpha * k + mv(K, xc - x)
+  dx = [xc[i] - x[i] for i in range(4)]
+  return tensor(add(entries(u), [alpha * k[r] for r in range(2)], mv(entries(K), dx)))
 
 class KnotStep:
   """one step of a recursion over the knots, replayed at every knot: `build(k)` makes the Tensors the step realizes (assigns into
@@ -132,24 +139,28 @@ class Solver:
     self.cost = self.trajectory_cost(self.X, self.U).contiguous().realize()
     # per knot: the derivatives (A, B, g, H), the value function and policy (Vx, Vxx, K, k), the candidates' states
     self.derivs = [buffer(self.B, T, *shape) for shape in ((4, 4), (4, 2), (6,), (6, 6))]
-    self.Vx, self.Vxx, self.K, self.k = buffer(self.B, T + 1, 4), buffer(self.B, T + 1, 4, 4), buffer(self.B, T, 2, 4), buffer(self.B, T, 2)
+    self.K, self.k = buffer(self.B, T, 2, 4), buffer(self.B, T, 2)
+    # the value function (Vx, Vxx) of the knot after and the knot before, two buffers taking turns: a step that wrote into the buffer it
+    # reads would make tinygrad compute into a copy first (it can't tell row k from row k + 1 apart), a second kernel per output
+    self.V = [(buffer(self.B, 4), buffer(self.B, 4, 4)) for _ in range(2)]
     self.candidates = buffer(self.B, len(ALPHAS), T + 1, 4)
     self.candidates[:, :, 0].assign(self.X[:, None, 0].expand(self.B, len(ALPHAS), 4)).realize()
     # the recursions over time: one knot's step, written in place into row k of the buffers, replayed at every knot
-    def backward(k:UOp) -> list[Tensor]:
-      outs = riccati_steps(self.Vx[:, k + 1], self.Vxx[:, k + 1], *(d[:, k] for d in self.derivs), self.mu)
-      return [buf[:, k].assign(out) for buf, out in zip((self.Vx, self.Vxx, self.K, self.k), outs)]
+    def backward(k:UOp, read:int) -> list[Tensor]:
+      Vx, Vxx, K, k_ = riccati_steps(*self.V[read], *(d[:, k] for d in self.derivs), self.mu)
+      return [self.V[1 - read][0].assign(Vx), self.V[1 - read][1].assign(Vxx), self.K[:, k].assign(K), self.k[:, k].assign(k_)]
     def forward(k:UOp) -> list[Tensor]:
       Xc = self.candidates
       return [Xc[:, :, k + 1].assign(rollout_steps(Xc[:, :, k], self.X[:, k], self.U[:, k], self.K[:, k], self.k[:, k], self.alphas))]
-    self.backward_step, self.forward_step = KnotStep(T, backward), KnotStep(T, forward)
+    self.backward_steps = [KnotStep(T, lambda k, read=read: backward(k, read)) for read in range(2)]   # knot k reads V[(T - 1 - k) % 2]
+    self.forward_step = KnotStep(T, forward)
     self.iterate = TinyJit(self._iterate)
 
   def _iterate(self) -> Tensor:
     X, U, T, Xc = self.X, self.U, self.T, self.candidates
     Tensor.realize(*(buf.assign(d) for buf, d in zip(self.derivs, self.linearize(X, U))))
-    Tensor.realize(*(buf[:, T].assign(v) for buf, v in zip((self.Vx, self.Vxx), self.terminal_value(X[:, T]))))
-    for k in reversed(range(T)): self.backward_step(k)
+    Tensor.realize(*(buf.assign(v) for buf, v in zip(self.V[0], self.terminal_value(X[:, T]))))
+    for k in reversed(range(T)): self.backward_steps[(T - 1 - k) % 2](k)
     for k in range(T): self.forward_step(k)
     Uc = self.candidate_controls(Xc[:, :, :T], X[:, :T], U, self.K, self.k, self.alphas)
     costs = self.candidate_costs(Xc, Uc)
