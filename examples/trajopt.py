@@ -16,12 +16,13 @@ One iteration (`Solver.iterate`, under TinyJit after its first two calls):
      `vmap(jacrev(running_cost))` and `vmap(hessian(running_cost))` the cost's gradient and Hessian in (state, control); the
      per-problem function is vmapped over the B problems. All knots of all problems: a fixed number of kernels.
   2. backward pass: the Riccati recursion, one knot a step from the last; each step is `vmap(riccati_step)` over the problems,
-     written into the value function's buffer and row k of the policy's (8 kernels: its 4 outputs, each copied into place).
-  3. forward pass: the rollouts for every step size in ALPHAS at once (`vmap` over problems and step sizes), 2 kernels a knot.
+     written into the value function's buffer and row k of the policy's: 4 kernels, its outputs.
+  3. forward pass: the rollouts for every step size in ALPHAS at once (`vmap` over problems and step sizes), 2 kernels a knot (it
+     reads row k of the buffer it writes row k + 1 of: tinygrad computes the row into a temporary first).
   4. evaluate: the cost of every candidate (vmap over problems, step sizes and knots), then per problem the best step size is kept
      if it lowers the cost, and the Levenberg-Marquardt damping `mu` of its Quu goes down, else up. Nothing leaves the device.
 tinygrad has no scan: a recursion over time is kernels per knot (`KnotStep`: one step traced, scheduled and compiled once, and
-replayed at every knot), so an iteration is 10 T + a constant kernels, whatever B; TinyJit replays them as one graph.
+replayed at every knot), so an iteration is 6 T + a constant kernels, whatever B; TinyJit replays them as one graph.
 """
 import argparse, sys, time
 from pathlib import Path

@@ -474,6 +474,18 @@ class TestAssign(VmapTestCase):
     self.assert_close(vmap(lambda a: Tensor.empty(3, dtype=a.dtype).assign(a.exp()) + 1)(Tensor(x)).numpy(), np.exp(x) + 1)
     self.assert_close(vmap(lambda a: Tensor.zeros(3, dtype=a.dtype).contiguous().assign(a * 3))(Tensor(x)).numpy(), x * 3)
 
+  def test_result_assigned_into_a_row_is_computed_in_place(self):
+    # buf[:, k].assign(vmap(f)(...)) writes f's results straight into the row, as realizing them into a buffer of their own does: they
+    # were computed into a temporary and copied, a kernel more (examples/trajopt.py pays it at every knot)
+    d = rand(3, 5, 4, 4)
+    def f(m): return (m * m.sum(0)).sum(1)
+    D, out = Tensor(d).realize(), Tensor.zeros(3, 5, 4, dtype=dtypes.float64).contiguous().realize()
+    fresh = kernels(lambda: vmap(f)(D[:, 1]).realize())
+    self.assertEqual(kernels(lambda: out[:, 2].assign(vmap(f)(D[:, 1])).realize()), fresh)
+    want = np.zeros((3, 5, 4))
+    want[:, 2] = np_loop(f, d[:, 1])
+    self.assert_close(out.numpy(), want)
+
   def test_inplace_on_shared_buffer_raises(self):
     def f(a):
       b = Tensor.ones(3, dtype=a.dtype).contiguous().realize()

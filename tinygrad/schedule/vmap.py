@@ -29,10 +29,12 @@ def vmap_scopes(toposort:list[UOp]) -> dict[UOp, tuple[UOp, ...]]:
   return scopes
 
 def realized_vmapouts(x:UOp, consumer_map:dict[UOp, dict[UOp, None]]) -> list[UOp]:
-  """the VMAPOUTs whose buffer x realizes, outermost first: x itself if it's a VMAPOUT, or the one in a plain CONTIGUOUS, and each VMAPOUT
-  directly inside those that has no other consumer (nested scopes that end together)"""
+  """the VMAPOUTs whose buffer x realizes, outermost first: x itself if it's a VMAPOUT, or the one in a plain CONTIGUOUS or assigned
+  (`buf[:, k].assign(vmap(f)(...))` writes f's results into the row, not into a temporary copied there), and each VMAPOUT directly
+  inside those that has no other consumer (nested scopes that end together)"""
   ret: list[UOp] = []
   if x.op is Ops.CONTIGUOUS and len(x.src) == 1 and len(consumer_map[x.src[0]]) == 1: x = x.src[0]
+  if x.op is Ops.ASSIGN and len(consumer_map[x.src[1]]) == 1: x = x.src[1]
   while x.op is Ops.VMAPOUT:
     ret.append(x)
     if len(consumer_map[x:=x.src[0]]) != 1: break
