@@ -287,6 +287,7 @@ def kernel_detail(call, cnt:int=15) -> list[dict]:
   """each kernel of one call, lowered as TinyJit captured it: name, launch dims, opts, median device time (µs) of cnt runs with wait"""
   from tinygrad import Tensor
   from tinygrad.helpers import Context
+  if not hasattr(Tensor, "schedule_with_vars"): return kernel_detail_linear(call, cnt)
   from tinygrad.engine.realize import CompiledRunner
   with Context(BEAM=2 if call.beam else 0):   # a hit in the method cache: the jit's capture compiled these
     out = call.eager()(*call.inputs)
@@ -301,6 +302,29 @@ def kernel_detail(call, cnt:int=15) -> list[dict]:
     if isinstance(ei.prg, CompiledRunner):
       d.update(global_size=list(ei.prg.p.global_size or []), local_size=list(ei.prg.p.local_size or []),
                opts=[f"{o.op.name} {o.axis} {o.arg}" for o in ei.prg.p.applied_opts])
+    ret.append(d)
+  return ret
+
+def kernel_detail_linear(call, cnt:int) -> list[dict]:
+  """kernel_detail on the 0.14 line, whose schedule is a LINEAR of CALLs: each CALL compiled and timed on the device (time_call waits)"""
+  from tinygrad import Tensor
+  from tinygrad.helpers import Context
+  from tinygrad.uop.ops import UOp, Ops
+  from tinygrad.engine.realize import time_call, compile_linear
+  with Context(BEAM=2 if call.beam else 0):
+    out = call.eager()(*call.inputs)
+    linear, var_vals = Tensor.linear_with_vars(*(out if isinstance(out, tuple) else (out,)))
+    programs = [compile_linear(UOp(Ops.LINEAR, src=(c,))).src[0].src[0] for c in linear.src]
+  ret = []
+  for c, prg in zip(linear.src, programs):
+    timer = time_call(c, var_vals)
+    tms = [next(timer) for _ in range(cnt)]
+    d = {"runner": "CompiledRunner" if prg.op is Ops.PROGRAM else str(prg.op), "us": median(tms) * 1e6}
+    if prg.op is Ops.PROGRAM:
+      info = next(u.arg for u in prg.src if u.op is Ops.SINK)
+      d.update(name=prg.arg.function_name, global_size=list(prg.arg.global_size or []), local_size=list(prg.arg.local_size or []),
+               opts=[f"{o.op.name} {o.axis} {o.arg}" for o in info.applied_opts])
+    else: d["name"] = str(c.src[0].arg)
     ret.append(d)
   return ret
 
@@ -539,8 +563,14 @@ def device_copy_bandwidth() -> float:
   clock around a 0.3 ms kernel counted the launch and the synchronize, and read 683 GB/s on an H200), GB/s counting bytes read + written"""
   from tinygrad import Tensor
   a = Tensor.ones(256 * 2**20).contiguous().realize()
-  ei = (a * 2).schedule()[-1].lower()
-  ts = [ei.run(wait=True, do_update_stats=False) for _ in range(9)]
+  if hasattr(Tensor, "schedule"):
+    ei = (a * 2).schedule()[-1].lower()
+    ts = [ei.run(wait=True, do_update_stats=False) for _ in range(9)]
+  else:   # the 0.14 line: the copy kernel is the linear's last CALL, time_call runs it and waits
+    from tinygrad.engine.realize import time_call
+    linear, var_vals = (a * 2).linear_with_vars()
+    timer = time_call(linear.src[-1], var_vals)
+    ts = [next(timer) for _ in range(9)]
   return 2 * a.nbytes() / median(ts[1:]) / 1e9
 
 def worker(tasks:list[dict]):
@@ -586,6 +616,17 @@ def show_source(wname:str, n:int|None, impls:list[str]):
     f = {"vmap": w.tg_vmap(vmap, w.tg), "hand": w.tg_hand}[impl]
     out = f(*ts)
     outs = out if isinstance(out, tuple) else (out,)
+    if not hasattr(Tensor, "schedule"):   # the 0.14 line: a LINEAR of CALLs, each compiled to a PROGRAM
+      from tinygrad.uop.ops import UOp, Ops
+      from tinygrad.engine.realize import compile_linear
+      linear, _ = Tensor.linear_with_vars(*outs)
+      prgs = [compile_linear(UOp(Ops.LINEAR, src=(c,))).src[0].src[0] for c in linear.src]
+      print(f"=================== {wname} {impl}: {len(prgs)} kernel(s)")
+      for prg in prgs:
+        opts = next((u.arg.applied_opts for u in prg.src if u.op is Ops.SINK), ())
+        print(f"----- {prg.arg.name}  global_size={prg.arg.global_size} local_size={prg.arg.local_size} opts={opts}")
+        print(next((u.arg for u in prg.src if u.op is Ops.SOURCE), ""))
+      continue
     sched = outs[0].schedule(*outs[1:])
     print(f"=================== {wname} {impl}: {len(sched)} kernel(s)")
     for ei in sched:

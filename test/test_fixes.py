@@ -101,6 +101,19 @@ class TestFixes(unittest.TestCase):
     np.testing.assert_allclose(Tensor(x).sin().numpy(), np.sin(x), atol=1e-5)
     np.testing.assert_allclose(Tensor(x).cos().numpy(), np.cos(x), atol=1e-5)
 
+  def test_tensor_index_of_computed_eye(self):
+    # fix-cmpne-add-lift-loop: indexing a computed eye (jacfwd's basis) with a Tensor looped forever in the load collapse's rewrite
+    got = Tensor.eye(4).reshape(4, 2, 2)[:, Tensor([1, 0])].numpy()
+    np.testing.assert_equal(got, np.eye(4).reshape(4, 2, 2)[:, [1, 0]])
+
+  def test_cat_of_int_cast_softmaxes(self):
+    # fix-cast-folding: the cat's kernel folded its dead half to inf (a load at an invalid index is 0, 1/0), and folding that half's
+    # int cast raised OverflowError; vmap's chunks are such a cat
+    x = rand(3, 2)
+    got = Tensor(x)[:2].softmax(1).mul(3).cast(dtypes.int32).cat(Tensor(x)[2:].softmax(1).mul(3).cast(dtypes.int32)).numpy()
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_equal(got, (3 * e / e.sum(1, keepdims=True)).astype(np.int32))
+
   def test_jit_replays_variables_bound_inside(self):
     # fix-jit-inner-variables: a Variable bound inside a jitted function (one kernel run at several values, an index over time)
     # crashed the JIT's graph ("'knot' is not in list") or replayed with no value; each kernel replays with the value it ran with

@@ -209,12 +209,21 @@ def _process_batched_inputs(args:tuple, kwargs:dict[str, Any], in_axes, axis_siz
   kwarg_axes = {k: tree_map(batch_axis, v, 0, f"argument {k}", "vmap in_axes") for k,v in kwargs.items()}
   return _BatchedInputs(args, kwargs, arg_axes, kwarg_axes, _batch_size(mapped, axis_size), _batch_devices(mapped))
 
-def _check_on_devices(y:Tensor, devices:tuple[str, ...], path:str):
-  """a Tensor on one device used with a sharded batch fails deep in the scheduler: name it here (consts and aranges are fine, buffers not)"""
+def _is_filled_const(u:UOp) -> bool:
+  """a fresh buffer filled with a value made of constants (0.14's Tensor.ones/full: AFTER(BUFFER, STORE(BUFFER, const)), not yet realized)"""
+  return u.op is Ops.AFTER and len(u.src) == 2 and u.src[0].op is Ops.BUFFER and u.src[1].op is Ops.STORE and u.src[1].src[0] is u.src[0] \
+    and not any(x.op in (Ops.BUFFER, Ops.COPY) for x in u.src[1].src[1].toposort())
+
+def _on_batch_devices(y:Tensor, devices:tuple[str, ...], path:str) -> Tensor:
+  """y for a batch sharded on devices: a constant it made in a fresh buffer on one device (Tensor.ones on 0.14) is its value, which has no
+  device; a Tensor on one device holding data fails deep in the scheduler: named here (consts and aranges are fine, buffers not)"""
+  if filled:=[u for u in y.uop.toposort() if _is_filled_const(u)]:
+    y = Tensor(y.uop.substitute({u: u.src[1].src[1].cast(u.dtype) for u in filled}))
   def on_many(u:UOp) -> bool: return u.op in (Ops.MSTACK, Ops.MSELECT) or (u.op is Ops.COPY and isinstance(u.device, tuple))
   if single:=[u for u in y.uop.toposort(gate=lambda u: not on_many(u)) if u.op in (Ops.BUFFER, Ops.COPY) and isinstance(u.device, str)]:
     raise ValueError(f"vmap over a batch sharded on {devices}: {path} uses a Tensor on {single[-1].device} of shape {single[-1].shape} "
                      f"(closed over, or made from data inside the function): put it on the batch's devices with .to({devices}) or .shard")
+  return y
 
 def _call_on_examples(fn:Callable, inputs:_BatchedInputs, scope:_Scope):
   """fn on one example inside `scope`: a mapped leaf enters it (the scope's examples of it), the others are passed as they are"""
@@ -234,7 +243,7 @@ def _batch_of_output(scope:_Scope, y, axis:int|None, path:str):
     if any(r in y.uop.ranges for r in scope.ranges):
       raise ValueError(f"vmap has mapped output but out_axes is None for {path}: it depends on the batch")
     return y
-  if scope.devices is not None: _check_on_devices(y, scope.devices, path)
+  if scope.devices is not None: y = _on_batch_devices(y, scope.devices, path)
   if not -(y.ndim+1) <= axis <= y.ndim:
     raise ValueError(f"vmap out_axes {axis} for {path} is out of range: the batched output has {y.ndim+1} axes (shape {(scope.batch,)+y.shape})")
   return scope.exit(y, axis % (y.ndim+1))
