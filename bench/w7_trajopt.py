@@ -267,7 +267,7 @@ def measure(impl:str, T:int, B:int, warmup:int=3, reps:int=9) -> dict:
   state, iterate = make(T, start_poses(B))
   first, ms = time_iteration(sync(state), iterate, sync, warmup, reps)
   row = {"impl": impl, "label": IMPLS[impl], "T": T, "B": B, "ms": ms, "first_ms": first}
-  if impl == "tinygrad": row["kernels"] = len(iterate.solver.iterate.captured.jit_cache)
+  if impl == "tinygrad": row["kernels"] = iterate.solver.kernels_per_iteration()
   return row
 
 def have(mod:str) -> bool:

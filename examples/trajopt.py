@@ -22,7 +22,8 @@ One iteration (`Solver.iterate`, under TinyJit after its first two calls):
   4. evaluate: the cost of every candidate (vmap over problems, step sizes and knots), then per problem the best step size is kept
      if it lowers the cost, and the Levenberg-Marquardt damping `mu` of its Quu goes down, else up. Nothing leaves the device.
 tinygrad has no scan: a recursion over time is kernels per knot (`KnotStep`: one step traced, scheduled and compiled once, and
-replayed at every knot), so an iteration is 6 T + a constant kernels, whatever B; TinyJit replays them as one graph.
+replayed at every knot), so an iteration is 6 T + a constant kernels, whatever B (on tinygrad 0.12; 32 T + a constant on 0.14,
+whose scheduler gives the Riccati step's shared scalars kernels of their own); TinyJit replays them as one graph.
 """
 import argparse, sys, time
 from pathlib import Path
@@ -32,7 +33,8 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))   # the fork's t
 from tinygrad import Tensor, TinyJit, Device, dtypes, vmap, jacfwd, jacrev, hessian
 from tinygrad.dtype import DType
 from tinygrad.uop.ops import UOp
-from tinygrad.engine.realize import run_schedule
+from tinygrad.engine import realize
+from tinygrad.helpers import Context
 
 # the problem: one start pose per problem, the rest shared
 HORIZON_S, WHEELBASE = 8.0, 2.5
@@ -106,10 +108,15 @@ class KnotStep:
   def __init__(self, T:int, build:Callable[[UOp], list[Tensor]]):
     self.knot, self.build, self.schedule = UOp.variable("knot", 0, T - 1), build, None
   def __call__(self, k:int):
-    if self.schedule is None:
-      first, *rest = self.build(self.knot.bind(k))
-      self.schedule, _ = first.schedule_with_vars(*rest)
-    run_schedule(list(self.schedule), {self.knot.expr: k})
+    var_vals = {self.knot.expr: k}
+    if hasattr(Tensor, "schedule_with_vars"):   # tinygrad 0.12: a list of ExecItems, which TinyJit captures as they run
+      if self.schedule is None: self.schedule = Tensor.schedule_with_vars(*self.build(self.knot.bind(k)))[0]
+      realize.run_schedule(list(self.schedule), var_vals)
+    else:                                       # tinygrad 0.14: a LINEAR of CALLs, handed to TinyJit while it captures
+      if self.schedule is None:
+        with Context(CAPTURING=0): self.schedule = Tensor.linear_with_vars(*self.build(self.knot.bind(k)))[0]   # even while capturing
+      if realize.capturing: realize.capturing[0].add_linear(self.schedule, var_vals)
+      else: realize.run_linear(self.schedule, var_vals)
 
 class Solver:
   """iLQR over a batch of problems that differ in their start pose; `iterate` is one iteration, replayed by TinyJit"""
@@ -156,6 +163,12 @@ class Solver:
     self.backward_steps = [KnotStep(T, lambda k, read=read: backward(k, read)) for read in range(2)]   # knot k reads V[(T - 1 - k) % 2]
     self.forward_step = KnotStep(T, forward)
     self.iterate = TinyJit(self._iterate)
+
+  def kernels_per_iteration(self) -> int:
+    """the kernels (and copies) TinyJit replays per iteration, once it has captured one (its third call)"""
+    captured = self.iterate.captured
+    if hasattr(captured, "jit_cache"): return len(captured.jit_cache)          # tinygrad 0.12: a list of ExecItems
+    return sum(len(c.src[0].src[0].src) if c.src[0].arg == "graph" else 1 for c in captured.linear.src)   # 0.14: CALLs, graphs of CALLs
 
   def _iterate(self) -> Tensor:
     X, U, T, Xc = self.X, self.U, self.T, self.candidates
@@ -224,7 +237,7 @@ def main():
   per_iter = (time.perf_counter() - jit_start) / (args.iters - 3) * 1e3
   history = np.stack(history, 1)
   X, U = solver.X.numpy(), solver.U.numpy()
-  kernels = len(solver.iterate.captured.jit_cache)
+  kernels = solver.kernels_per_iteration()
   print(f"T={args.T} knots, B={args.B} problems, {solver.dtype}: {kernels} kernels per iteration, "
         f"{per_iter:.2f} ms per iteration (TinyJit), first three {(jit_start - st) * 1e3:.0f} ms")
   for i in list(range(0, args.iters, max(1, args.iters // 8))) + [args.iters]:
