@@ -5,7 +5,7 @@ import numpy as np
 from tinygrad import Tensor, TinyJit, GlobalCounters, vmap, dtypes
 from tinygrad.uop.ops import UOp, AxisType
 from tinygrad.vmap import vmap_range, varg
-from vmap_oracle import VmapTestCase, rand, np_loop, kernels, np_softmax, set_items, realize_with_buffers, schedule_cache_size, jit_kernels, training
+from vmap_oracle import VmapTestCase, rand, np_loop, kernels, np_softmax, set_items, realize_with_buffers, schedule_cache_size, jit_kernels, training, compiled_programs
 
 def per_row(x): return (x*x).sum()*2 + x.max()   # reads the same on a Tensor and an ndarray
 
@@ -367,6 +367,15 @@ class TestChunks(VmapTestCase):
     sizes = [b.nbytes for b in bufs if id(b) not in ends]
     self.assert_close(y.numpy(), x * x.sum(1, keepdims=True))
     return max(sizes)
+
+  def test_chunks_compile_once(self):
+    # the chunks run one set of kernels, compiled once, however many chunks there are (0.12: a scope over an OUTER range of chunks;
+    # 0.14: each chunk's CALLs bind its start). 32 chunks here: 0.12 compiles 8 programs (a quick and a full build of each), 0.14 7
+    # (the softmax's 2 reduces, and the join of the chunks' outputs, a few kernels as a cat reads so many buffers each); before, 0.14
+    # compiled every chunk's kernels, 65
+    X, before = Tensor(x:=rand(128, 4)).realize(), compiled_programs()
+    self.assert_close(vmap(lambda e: (e * 3.0).softmax(), chunk_size=4)(X).numpy(), np_softmax(x * 3.0))
+    self.assertLess(compiled_programs() - before, 32 // 2)
 
   def test_memory_scales_with_chunk(self):
     self.assertEqual(self.intermediate_bytes(None), 12*16*16*8)

@@ -48,6 +48,12 @@ def schedule_cache_size() -> int:
   except ImportError: from tinygrad.schedule import schedule_cache
   return len(schedule_cache)
 
+def compiled_programs() -> int:
+  """how many kernels this process has compiled: 0.14's to_program cache, 0.12's method cache"""
+  try: from tinygrad.codegen import to_program_cache
+  except ImportError: from tinygrad.engine.realize import method_cache as to_program_cache
+  return len(to_program_cache)
+
 # the 0.12 line's vmap scopes reach the scheduler (which refuses some sharded cases with a clear error); on 0.14 (no OUTER) a scope is a
 # batched graph from its vmapout on, and upstream's multi-device code runs those cases
 SCOPES_IN_SCHEDULER = hasattr(AxisType, "OUTER")

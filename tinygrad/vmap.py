@@ -36,7 +36,7 @@ class _Scope:
   size: int
   ranges: tuple[UOp, ...]   # (loop,) or (outer over chunks, loop in a chunk)
   randomness: str
-  start: int
+  start: sint               # an int, or a bound Variable (a chunk's start on 0.14)
   batch: int
   took: list = field(default_factory=list)   # (weakref, old UOp) of the Tensors outside the scope that took a per-example value of it
   devices: tuple[str, ...]|None = None       # the devices of a batch sharded on its mapped axis
@@ -266,14 +266,18 @@ def _join_chunks(main, tails:list, out_axes):
 
 def _chunk_by_chunk(fn:Callable, inputs:_BatchedInputs, out_axes, chunk_size:int, randomness:str):
   """chunks without OUTER ranges (tinygrad 0.14): a scope per chunk, each the examples start:start+chunk_size of the batch, whose
-  outputs are joined; the later chunks replay the first one's random draws (each takes its own examples of them)"""
+  outputs are joined; the later chunks replay the first one's random draws (each takes its own examples of them). A whole chunk's start
+  is a Variable bound to its value: the chunks' kernels differ only in it, so they are one kernel each, compiled once (each CALL binds
+  its chunk's start), however many chunks there are"""
   n = inputs.size
+  start_var = UOp.variable(f"vmap_chunk_start{len(_draws)}", 0, n - chunk_size)   # one name per nesting depth of chunked vmaps
   _draws.append(draws:=_Draws([]))
   try:
     outs = []
     for start in range(0, n, chunk_size):
       draws.replaying, draws.pos = start > 0, 0
-      outs.append(_flat_vmap(fn, inputs, out_axes, _Scope(min(chunk_size, n-start), (vmap_range(min(chunk_size, n-start)),), randomness, start, n)))
+      size = min(chunk_size, n-start)
+      outs.append(_flat_vmap(fn, inputs, out_axes, _Scope(size, (vmap_range(size),), randomness, start_var.bind(start) if size == chunk_size else start, n)))
   finally: _draws.pop()
   return _join_chunks(outs[0], outs[1:], out_axes)
 
