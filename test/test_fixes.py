@@ -114,6 +114,19 @@ class TestFixes(unittest.TestCase):
     e = np.exp(x - x.max(1, keepdims=True))
     np.testing.assert_equal(got, (3 * e / e.sum(1, keepdims=True)).astype(np.int32))
 
+  def test_assigns_that_read_each_other_raise(self):
+    # fix-assign-cycle: two assigns realized together, each reading the other's target, have no order that gives both the old
+    # values; vanilla 0.12.0 ran one first and returned [13, 26, 39] for x (0.14.0 raises too)
+    x, u = Tensor([1.0, 2.0, 3.0]).contiguous().realize(), Tensor([10.0, 20.0, 30.0]).contiguous().realize()
+    new_x, new_u = x + u, x * 2 + u    # both from the old x and u
+    with self.assertRaisesRegex(RuntimeError, "cycle detected in assign graph"): Tensor.realize(x.assign(new_x), u.assign(new_u))
+    # one way round is an order: u's kernel reads x before x is written
+    x, u = Tensor([1.0, 2.0, 3.0]).contiguous().realize(), Tensor([10.0, 20.0, 30.0]).contiguous().realize()
+    new_x, new_u = x * 3, x * 2 + u
+    Tensor.realize(x.assign(new_x), u.assign(new_u))
+    np.testing.assert_allclose(x.numpy(), [3, 6, 9])
+    np.testing.assert_allclose(u.numpy(), [12, 24, 36])
+
   def test_jit_replays_variables_bound_inside(self):
     # fix-jit-inner-variables: a Variable bound inside a jitted function (one kernel run at several values, an index over time)
     # crashed the JIT's graph ("'knot' is not in list") or replayed with no value; each kernel replays with the value it ran with
