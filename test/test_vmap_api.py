@@ -321,6 +321,14 @@ class TestKernelCounts(VmapTestCase):
   def test_vmap_vmap_one_kernel(self): self.assertEqual(kernels(lambda: vmap(vmap(per_row))(self.x).realize()), 1)
   def test_vmap_vmap_mixed_axes_one_kernel(self):
     self.assertEqual(kernels(lambda: vmap(vmap(per_row, in_axes=1), in_axes=2)(self.x).realize()), 1)
+  def test_constants_made_in_the_function_are_one_kernel(self):
+    # full_like, zeros and ones made by the function are constants of its kernel (0.14 fills a buffer for each, in a kernel of its own;
+    # vmap reads them as the values they hold): bench W4's Jacobian of stacked zeros, ones and entries is one kernel
+    x = self.x[0].numpy()
+    f = lambda e: Tensor.stack(e.sum(), e.sum().full_like(0.0), Tensor.ones(()) * 2 + e[0], Tensor.zeros(()))
+    self.assertEqual(kernels(lambda: vmap(f)(self.x[0]).realize()), 1)
+    self.assert_close(vmap(f)(self.x[0]).numpy(), np.stack([x.sum(1), np.zeros(len(x)), 2 + x[:, 0], np.zeros(len(x))], 1))
+
   def test_kernels_do_not_grow_with_batch(self):
     f = lambda e: e.softmax()
     self.assertEqual(kernels(lambda: vmap(f)(Tensor(rand(3, 4)).realize()).realize()),

@@ -9,7 +9,7 @@ import contextlib, functools, gc, inspect, weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinygrad.dtype import dtypes
-from tinygrad.uop.ops import UOp, Ops, AxisType, sint
+from tinygrad.uop.ops import UOp, Ops, GroupOp, AxisType, sint
 from tinygrad.tensor import Tensor, is_numpy_ndarray   # tensor.py has it on both lines (0.12 imports it from helpers)
 from tinygrad.pytree import tree_map, tree_leaves
 from tinygrad.transform_state import TRANSFORMS, KEPT
@@ -211,19 +211,35 @@ def _process_batched_inputs(args:tuple, kwargs:dict[str, Any], in_axes, axis_siz
 
 def _is_filled_const(u:UOp) -> bool:
   """a fresh buffer filled with a value made of constants (0.14's Tensor.ones/full: AFTER(BUFFER, STORE(BUFFER, const)), not yet realized)"""
-  return u.op is Ops.AFTER and len(u.src) == 2 and u.src[0].op is Ops.BUFFER and u.src[1].op is Ops.STORE and u.src[1].src[0] is u.src[0] \
+  return u.op is Ops.AFTER and len(u.src) == 2 and u.src[0].base.op is Ops.BUFFER and u.src[1].op is Ops.STORE and u.src[1].src[0] is u.src[0] \
+    and not getattr(u, "is_bound_var", False) \
     and not any(x.op in (Ops.BUFFER, Ops.COPY) for x in u.src[1].src[1].toposort())
 
-def _on_batch_devices(y:Tensor, devices:tuple[str, ...], path:str) -> Tensor:
-  """y for a batch sharded on devices: a constant it made in a fresh buffer on one device (Tensor.ones on 0.14) is its value, which has no
-  device; a Tensor on one device holding data fails deep in the scheduler: named here (consts and aranges are fine, buffers not)"""
-  if filled:=[u for u in y.uop.toposort() if _is_filled_const(u)]:
-    y = Tensor(y.uop.substitute({u: u.src[1].src[1].cast(u.dtype) for u in filled}))
+def _filled_consts_as_values(y:Tensor) -> Tensor:
+  """y with each constant it made in a fresh buffer (0.14's Tensor.full/ones/zeros/full_like: a kernel of its own, on one device) read as
+  the value itself where it is only read: `x.full_like(0.0)` in a vmapped function is a const in the batched kernels, not a kernel, and
+  has no device (a sharded batch). A buffer that is written again (setitem, rand's counter), copied or made contiguous keeps its kernel"""
+  topo = y.uop.toposort()
+  if not (filled:=[u for u in topo if _is_filled_const(u)]): return y
+  consumers: dict[UOp, list[UOp]] = {}
+  for x in topo:
+    for s in x.src: consumers.setdefault(s, []).append(x)
+  def only_read(f:UOp) -> bool:
+    stack, seen = [f], {f}
+    while stack:
+      for c in consumers.get(stack.pop(), []):
+        if c.op in (Ops.STORE, Ops.AFTER, Ops.COPY, Ops.CONTIGUOUS, Ops.MSELECT, Ops.MSTACK): return False
+        if c not in seen: seen.add(c); stack.append(c)
+    return True
+  if keep:={u: u.src[1].src[1].cast(u.dtype) for u in filled if only_read(u)}: y = Tensor(y.uop.substitute(keep))
+  return y
+
+def _check_on_devices(y:Tensor, devices:tuple[str, ...], path:str):
+  """a Tensor on one device used with a sharded batch fails deep in the scheduler: name it here (consts and aranges are fine, buffers not)"""
   def on_many(u:UOp) -> bool: return u.op in (Ops.MSTACK, Ops.MSELECT) or (u.op is Ops.COPY and isinstance(u.device, tuple))
   if single:=[u for u in y.uop.toposort(gate=lambda u: not on_many(u)) if u.op in (Ops.BUFFER, Ops.COPY) and isinstance(u.device, str)]:
     raise ValueError(f"vmap over a batch sharded on {devices}: {path} uses a Tensor on {single[-1].device} of shape {single[-1].shape} "
                      f"(closed over, or made from data inside the function): put it on the batch's devices with .to({devices}) or .shard")
-  return y
 
 def _call_on_examples(fn:Callable, inputs:_BatchedInputs, scope:_Scope):
   """fn on one example inside `scope`: a mapped leaf enters it (the scope's examples of it), the others are passed as they are"""
@@ -243,7 +259,8 @@ def _batch_of_output(scope:_Scope, y, axis:int|None, path:str):
     if any(r in y.uop.ranges for r in scope.ranges):
       raise ValueError(f"vmap has mapped output but out_axes is None for {path}: it depends on the batch")
     return y
-  if scope.devices is not None: y = _on_batch_devices(y, scope.devices, path)
+  y = _filled_consts_as_values(y)
+  if scope.devices is not None: _check_on_devices(y, scope.devices, path)
   if not -(y.ndim+1) <= axis <= y.ndim:
     raise ValueError(f"vmap out_axes {axis} for {path} is out of range: the batched output has {y.ndim+1} axes (shape {(scope.batch,)+y.shape})")
   return scope.exit(y, axis % (y.ndim+1))

@@ -9,8 +9,8 @@ from tinygrad.uop.ops import UOp, Ops, GroupOp, AxisType
 from tinygrad.renderer import Renderer
 from tinygrad.codegen.opt.postrange import Scheduler
 from tinygrad.codegen.late.devectorizer import vector_decomposition
+from tinygrad.codegen.opt.heuristic_gpu import unit_stride
 
-def unit_stride(rng:UOp, idx:UOp) -> bool: return any(c is rng for c in idx.split_uop(Ops.ADD))
 def stored(k:Scheduler) -> list[UOp]: return [u.src[0] for u in k.ast.backward_slice if u.op is Ops.STORE]
 def sum_of_products(op:Ops, x:UOp) -> bool: return op is Ops.ADD and x.op is Ops.MUL and all(s.op is Ops.INDEX for s in x.src)
 

@@ -2,11 +2,12 @@
 threads: timed on an NVIDIA H200 (bench/RESULTS-gpu.md; bench/kernel_opts.py's grid of launch shapes), their choices tested without a
 GPU through the CUDA renderer in test/test_gpu_emulated.py."""
 from tinygrad.codegen.opt import Opt, OptOps
-from tinygrad.uop.ops import AxisType
+from tinygrad.uop.ops import UOp, Ops, AxisType
 from tinygrad.codegen.opt.postrange import Scheduler
-from tinygrad.codegen.opt.heuristic_cpu import unit_stride
 
 ROWS_MIN, ROW_MAX, ROWS_PER_BLOCK, ROW_VECTOR = 65536, 256, 32, 4
+
+def unit_stride(rng:UOp, idx:UOp) -> bool: return any(c is rng for c in idx.split_uop(Ops.ADD))
 
 def gpu_row_reduce(k:Scheduler) -> bool:
   """Many short rows, each reduced (a vmap of a per-example reduce: bench W1's 1M rows of 64 floats): a thread per row, ROWS_PER_BLOCK
