@@ -9,11 +9,16 @@ the buffer it becomes, the scope RANGEs first (`inside scope rm1 -> buffer [rm1]
 with one example's worth, every example gets the last one's values (the reduces indexed again) or the scope's RANGE is still open
 at the store and no kernel is made of it (the flattened stack read twice). Each case is checked against a numpy loop; the last line
 is PASS or FAIL.
+
+On tinygrad 0.14.0 (`make fork UPSTREAM=0.14.0`, `DEV=CPU` for `CPU=1`) no scope reaches the scheduler: the VMAPOUT batches its scope
+(tinygrad/batching.py), and DEBUG_RANGEIFY=1 prints that first, a `vmap scope` block with each node's shape for one example, the scope
+RANGEs it depends on and its shape over the batch. Rangeify's own blocks for the batched graph follow.
 """
 import sys
 import numpy as np
 from tinygrad import Tensor
-from tinygrad.engine.realize import run_schedule
+try: from tinygrad.engine.realize import run_schedule
+except ImportError: run_schedule = None   # 0.14.0: a schedule is a LINEAR that Tensor.realize runs
 from tinygrad.vmap import vmap_range, varg
 
 def reduces_indexed_again(x:Tensor) -> Tensor:   # one example: x of shape (4,). the stacked pair is indexed again: "reduce indexed again"
@@ -25,14 +30,15 @@ def stack_read_twice(x:Tensor) -> Tensor:        # one example: x of shape (3,).
   return Tensor.stack(flat[0], flat[1])
 
 def run(name:str, f, f_np, X:np.ndarray, axis:int) -> bool:
+  print(f"--- {name}: {X.shape[axis]} examples", flush=True)
   xs = Tensor(X).realize()                        # realized first, so the scheduler's output below is only the scope's graph
   r = vmap_range(X.shape[axis])                   # in DEBUG_RANGEIFY's output it is rm1: the scheduler sees a graph's vmap RANGEs as rm1, rm2, ...
   out = f(xs.vmapin(varg(X.ndim, {axis: r})))
   out = out.vmapout(varg(out.ndim + 1, {0: r}))   # the batch axis comes back as axis 0
-  print(f"--- {name}: {X.shape[axis]} examples", flush=True)
-  sched = out.schedule()
-  print("buffers per kernel:", [[b.size for b in ei.bufs] for ei in sched])
-  run_schedule(sched)
+  if run_schedule is not None:
+    sched = out.schedule()
+    print("buffers per kernel:", [[b.size for b in ei.bufs] for ei in sched])
+    run_schedule(sched)
   want = np.stack([f_np(np.take(X, i, axis=axis)) for i in range(X.shape[axis])])
   got = out.numpy()
   print(f"vmap {got.shape} vs a numpy loop {want.shape}: largest difference {np.abs(got - want).max() if got.shape == want.shape else 'n/a'}")

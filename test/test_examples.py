@@ -1,6 +1,7 @@
 """The examples run and check themselves against numpy (each exits non-zero on a mismatch)."""
 import os, re, subprocess, sys, unittest
 from pathlib import Path
+from vmap_oracle import SCOPES_IN_SCHEDULER
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,6 +34,7 @@ class TestExamples(unittest.TestCase):
     out = self.run_example("debug_rangeify.py", DEBUG_RANGEIFY="1")
     self.assertIn("Ops.VMAPOUT", out)
     self.assertTrue(out.rstrip().endswith("PASS"), out[-300:])
+    if not SCOPES_IN_SCHEDULER: return self.check_batched_scopes(re.sub(r"\x1b\[[0-9;]*m", "", out))
     # every realized node of a graph with a scope says why it is realized and which scope RANGEs its buffer gets
     out = re.sub(r"\x1b\[[0-9;]*m", "", out)
     indexed_again, read_twice = [b for b in out.split("*"*26) if "Ops.VMAPOUT" in b]
@@ -46,6 +48,18 @@ class TestExamples(unittest.TestCase):
     self.assertRegex(read_twice, r"why: multi-consumer: 2 consumers index it differently \(axis 0: 0 vs 1\); "
                                  r"inside scope rm1 -> buffer \[rm1\]\[r\d+\] \(10x9\)")
     self.assertRegex(read_twice, r"Ops\.COPY .*\n +why: always \(COPY\); outside any scope -> buffer \[r\d+\] \(3\)")
+
+  def check_batched_scopes(self, out:str):
+    # 0.14: each VMAPOUT prints its scope as batched, a line a node: shape for one example, the scope RANGEs it depends on, batched shape
+    indexed_again, read_twice = [b for b in out.split("*"*26) if " vmap scope " in b]
+    self.assertRegex(indexed_again, r"^ vmap scope \(rm\d+=3, 0\): 10 nodes batched")
+    # the stacked pair of reduces is one example's (2,), (3, 2) over the batch, and the VMAPOUT puts the batch axis at 0
+    self.assertRegex(indexed_again, r"Ops\.REDUCE +\(\) +\[rm\d+\] +-> \(3,\)")
+    self.assertRegex(indexed_again, r"Ops\.STACK +\(2,\) +\[rm\d+\] +-> \(3, 2\)")
+    self.assertRegex(indexed_again, r"Ops\.VMAPOUT +\(2,\) +\(rm\d+=3, 0\) +-> \(3, 2\)")
+    # the flattened stack: (9,) for one example, (10, 9) over the batch
+    self.assertRegex(read_twice, r"Ops\.RESHAPE +\(9,\) +\[rm\d+\] +-> \(10, 9\)")
+    self.assertRegex(read_twice, r"Ops\.VMAPOUT +\(2,\) +\(rm\d+=10, 0\) +-> \(10, 2\)")
 
 if __name__ == "__main__":
   unittest.main()

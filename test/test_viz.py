@@ -3,13 +3,19 @@
 Each test runs a program under VIZ=1 the way a user does: at exit tinygrad saves the rewrites and execs tinygrad/viz/serve.py, here on a
 free PORT, with TMPDIR pointing at a fresh folder (so the saved rewrites are this program's) and without CI in the environment
 (under CI, launch_viz saves but does not serve); no BROWSER, so nothing opens a window. The page must load without JS errors, the
-schedule of the vmapped kernel must show its VMAPIN/VMAPOUT nodes with their vargs, and the rewrite step where the scopes dissolve
+graph of the vmapped program must show its VMAPIN/VMAPOUT nodes with their vargs, and the rewrite step where the scopes dissolve
 must be marked and show the dissolving rewrite. Screenshots go to a temporary folder; UPDATE_SCREENSHOTS=1 writes them to docs/.
+
+The two lines differ in where a scope dissolves. On 0.12 the bracket reaches the scheduler: the schedule's input graph shows it, and
+rangeify's "apply rangeify" step dissolves every scope at once. On 0.14 `Tensor.vmapout` batches the scope (tinygrad/batching.py): each
+scope is a graph of its own, "vmap scope rmN=size", whose step "batch scope" starts from the bracket and rewrites its VMAPOUT to the
+batched graph. 0.14 serves only from a terminal (launch_viz checks isatty), so there the viewer is started after the program exits.
 
 `make setup-viz` installs what this needs (CI's `make test` runs it): chromium with apt-get (root only) and playwright with pip.
 """
-import json, os, shutil, socket, subprocess, sys, tempfile, time, unittest, urllib.request
+import json, os, re, shutil, socket, subprocess, sys, tempfile, time, unittest, urllib.request
 from pathlib import Path
+from vmap_oracle import SCOPES_IN_SCHEDULER
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
@@ -53,8 +59,11 @@ class Viewer:
     self.port, self.log = free_port(), Path(self.tmp.name)/"viz.log"
     env = {k:v for k,v in os.environ.items() if k not in {"CI", "BROWSER", "PROFILE", "DEBUG", "DEBUG_RANGEIFY"}}
     env.update(VIZ="1", PORT=str(self.port), TMPDIR=self.tmp.name, CPU="1", PYTHONPATH=str(ROOT))
+    # 0.14's launch_viz serves only from a terminal: serve what the program saved (in TMPDIR) once it exits
+    cmd = [sys.executable, *argv] if SCOPES_IN_SCHEDULER else \
+      ["sh", "-c", f'"{sys.executable}" "$@" && exec "{sys.executable}" tinygrad/viz/serve.py', "sh", *argv]
     with self.log.open("w") as log:
-      self.proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+      self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
   def ready(self, timeout:float=50) -> "Viewer":
     deadline = time.monotonic() + timeout
     while True:
@@ -76,12 +85,13 @@ class Viewer:
     with urllib.request.urlopen(self.url + path, timeout=20) as r:
       if r.headers.get("Content-Type") != "text/event-stream": return json.loads(r.read())
       return [json.loads(l[6:]) for l in r.read().decode().splitlines() if l.startswith("data: ") and l != "data: [DONE]"]
-  def vmap_schedule(self) -> tuple[int, int]:
-    """the first schedule whose rangeify dissolves vmap scopes, and that step"""
-    for i,c in enumerate(self.ctxs):
-      for j,s in enumerate(c["steps"]):
-        if "VMAPIN/VMAPOUT dissolve]" in s["name"]: return i, j
+  def dissolving(self) -> list[tuple[int, int]]:
+    """(graph, step) of every step marked as dissolving vmap scopes: 0.12's schedule in its apply rangeify, 0.14's vmap scope graphs"""
+    if found:=[(i, j) for i,c in enumerate(self.ctxs) for j,s in enumerate(c["steps"]) if "VMAPIN/VMAPOUT dissolve]" in s["name"]]: return found
     raise AssertionError(f"no step is marked as dissolving a vmap scope: {[c['name'] for c in self.ctxs]}")
+  def input_step(self, ctx:int, dissolve:int) -> int:
+    """the step of graph `ctx` that shows the vmap bracket: 0.12's schedule input, 0.14's batch scope (its first graph is the bracket)"""
+    return [s["name"] for s in self.ctxs[ctx]["steps"]].index("View Input Graph") if SCOPES_IN_SCHEDULER else dissolve
 
 @unittest.skipIf(CHROMIUM is None, f"chromium is not installed: {HOW}")
 @unittest.skipIf(sync_playwright is None, f"playwright is not installed: {HOW}")
@@ -129,40 +139,45 @@ class TestVizVmap(unittest.TestCase):
 
   def test_quickstart(self):
     page = self.open(viewer:=self.quickstart.ready())
-    ctx, _ = viewer.vmap_schedule()
-    labels = self.show_step(page, ctx, [s["name"] for s in viewer.ctxs[ctx]["steps"]].index("View Input Graph"), "(rm1=1000, 0)")
-    # one scope over the 1000 examples: the vargs name its RANGE (rm1, of size 1000) on axis 0 and keep axis 0 of the example
-    self.assertIn("VMAPIN\n(rm1=1000, 0)\ndtypes.float", "\n\n".join(labels))
-    self.assertIn("VMAPOUT\n(rm1=1000)\ndtypes.float", "\n\n".join(labels))
-    self.assertTrue(any(l.startswith("RANGE\n(-1, AxisType.LOOP)") for l in labels), labels)
+    ctx, dissolve = viewer.dissolving()[0]
+    labels = self.show_step(page, ctx, viewer.input_step(ctx, dissolve), "=1000, 0)")
+    # one scope over the 1000 examples: the vargs name its RANGE (rmN, of size 1000) on axis 0 and keep axis 0 of the example
+    rng = re.search(r"^VMAPIN\n\((rm\d+)=1000, 0\)\ndtypes.float", "\n\n".join(labels), flags=re.M)
+    self.assertIsNotNone(rng, labels)
+    self.assertIn(f"VMAPOUT\n({rng[1]}=1000)\ndtypes.float", "\n\n".join(labels))
+    self.assertTrue(any(l.startswith(f"RANGE\n(-{rng[1][2:]}, AxisType.LOOP)") for l in labels), labels)
     self.assertEqual(self.errors, [])
 
   def test_nested_softmax(self):
     page = self.open(viewer:=self.nested.ready())
-    ctx, dissolve = viewer.vmap_schedule()
+    # 0.12: the schedule dissolves both scopes in one step. 0.14: the inner scope (over 3) is batched first, as the outer one is traced
+    (ctx, dissolve), *outer = viewer.dissolving()
+    self.assertEqual(len(outer), 0 if SCOPES_IN_SCHEDULER else 1, viewer.ctxs)
     steps = [s["name"] for s in viewer.ctxs[ctx]["steps"]]
-    labels = self.show_step(page, ctx, steps.index("View Input Graph"), "(rm2=3, 0)")
-    vmap_labels = sorted(l.split("\ndtypes")[0] for l in labels if l.startswith("VMAP"))
-    self.assertEqual(vmap_labels, ["VMAPIN\n(rm1=2, 0, 0)", "VMAPIN\n(rm2=3, 0)", "VMAPOUT\n(rm1=2, 0, 0)", "VMAPOUT\n(rm2=3, 0)"])
+    labels = self.show_step(page, ctx, viewer.input_step(ctx, dissolve), "=3, 0)")
+    vmap_labels = sorted(re.sub(r"rm\d+=", "rm=", l.split("\ndtypes")[0]) for l in labels if l.startswith("VMAP"))
+    self.assertEqual(vmap_labels, ["VMAPIN\n(rm=2, 0, 0)", "VMAPIN\n(rm=3, 0)", "VMAPOUT\n(rm=2, 0, 0)", "VMAPOUT\n(rm=3, 0)"] if
+                     SCOPES_IN_SCHEDULER else ["VMAPIN\n(rm=2, 0, 0)", "VMAPIN\n(rm=3, 0)", "VMAPOUT\n(rm=3, 0)"])
     # inside both scopes a node is in both RANGEs, printed in the label's own color (LOOP ranges used to be white on a light node)
-    self.assertIn("(m2,m1)", "\n".join(labels))
-    fills = page.evaluate("() => [...document.querySelectorAll('#nodes tspan.token')].filter(t => t.textContent === '(m2,m1)')"
+    self.assertRegex("\n".join(labels), r"\(m\d+,m\d+\)")
+    fills = page.evaluate("() => [...document.querySelectorAll('#nodes tspan.token')].filter(t => /^\\(m\\d+,m\\d+\\)$/.test(t.textContent))"
                           ".map(t => t.getAttribute('fill'))")
     self.assertTrue(fills and all(f == "#000000" for f in fills), fills)
     self.screenshot(page, "viz_vmap.png", "VMAPIN|RANGE")
 
-    # apply rangeify is where the scopes dissolve: the step says so, and its rewrites remove the VMAPIN/VMAPOUT nodes
-    self.assertTrue(steps[dissolve].startswith("apply rangeify"), steps[dissolve])
-    self.assertIn("[4 VMAPIN/VMAPOUT dissolve]", page.inner_text(f"#step-{ctx+1}-{dissolve} > p"))
+    # the step where the scopes dissolve says so, and its rewrites remove the VMAPIN/VMAPOUT nodes
+    self.assertTrue(steps[dissolve].startswith("apply rangeify" if SCOPES_IN_SCHEDULER else "batch scope"), steps[dissolve])
+    self.assertIn("[4 VMAPIN/VMAPOUT dissolve]" if SCOPES_IN_SCHEDULER else "[1 VMAPIN/VMAPOUT dissolve]",
+                  page.inner_text(f"#step-{ctx+1}-{dissolve} > p"))
     rewrites = viewer.get(viewer.ctxs[ctx]["steps"][dissolve]["query"])
     first = next(i for i,r in enumerate(rewrites) if any(l.startswith("-") and "VMAPOUT" in l for l in r["diff"] or []))
-    self.show_step(page, ctx, dissolve, "(rm2=3, 0)")
+    self.show_step(page, ctx, dissolve, "=3, 0)")
     page.click(f"#rewrite-{first}:not(.disabled)")
     page.wait_for_selector(f"#rewrite-{first}.active")
     page.wait_for_selector("#nodes g.overlay")   # the graph of this rewrite, with the nodes it changed in a box
     diff = page.inner_text(".metadata pre code.wrap")
     self.assertTrue(any(l.startswith("-") and "Ops.VMAPOUT" in l for l in diff.splitlines()), diff)
-    self.screenshot(page, "viz_vmap_dissolve.png", "VMAPOUT|BUFFERIZE", k=0.75)
+    self.screenshot(page, "viz_vmap_dissolve.png", "VMAPOUT|BUFFERIZE" if SCOPES_IN_SCHEDULER else "VMAPIN|PERMUTE", k=0.75)
     self.assertEqual(self.errors, [])
 
 if __name__ == "__main__":

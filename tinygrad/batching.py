@@ -11,8 +11,9 @@ VMAPOUT. Why this design and not a range that crosses CALLs: docs/internals.md, 
 from __future__ import annotations
 from dataclasses import dataclass
 from tinygrad.uop import Ops, GroupOp
-from tinygrad.uop.ops import UOp, PatternMatcher, UPat, sint, ssimplify
+from tinygrad.uop.ops import UOp, PatternMatcher, UPat, sint, ssimplify, graph_rewrite, rewrite_group, TRACK_MATCH_STATS
 from tinygrad.dtype import dtypes
+from tinygrad.helpers import DEBUG_RANGEIFY
 
 def _size(r:UOp) -> sint: return ssimplify(r.src[0])
 
@@ -89,6 +90,18 @@ def _aligned(b:UOp, d:tuple[UOp, ...], dims:tuple[UOp, ...]) -> UOp:
 
 def batch_scope(y:UOp, varg:tuple[UOp, ...]) -> UOp:
   """the batch of y, one example of the scope whose RANGEs are in varg, with its axes where varg says (VMAPOUT's semantics)"""
+  ret = _batched(y, varg)
+  if TRACK_MATCH_STATS >= 2: _trace_scope(UOp(Ops.VMAPOUT, y.dtype, (y, *varg)), ret)
+  return ret
+
+# VIZ: each scope is a graph of its own, "vmap scope rm1=1000", whose step "batch scope" starts from the bracket (the per-example graph
+# between its VMAPINs and a VMAPOUT, vargs and all) and rewrites the VMAPOUT to the batched graph: the scope dissolves there
+pm_dissolve = PatternMatcher([(UPat(Ops.VMAPOUT, name="b"), lambda ctx, b: ctx.get(b))])
+def _scope_name(bracket:UOp, batched:UOp, ret) -> str: return "vmap scope " + _scope_str(bracket.src[1:])
+@rewrite_group(_scope_name)
+def _trace_scope(bracket:UOp, batched:UOp) -> UOp: return graph_rewrite(bracket, pm_dissolve, ctx={bracket: batched}, name="batch scope")
+
+def _batched(y:UOp, varg:tuple[UOp, ...]) -> UOp:
   ranges = tuple(a for a in varg if a.op is Ops.RANGE)
   def in_scope(u:UOp) -> bool: return any(r in u.ranges for r in ranges)
   done: dict[UOp, tuple[UOp, tuple[UOp, ...]]] = {}
@@ -104,7 +117,20 @@ def batch_scope(y:UOp, varg:tuple[UOp, ...]) -> UOp:
   b, dims = done.get(y, (y, ()))
   full = BatchCtx(ranges, (_aligned(b, dims, ranges),), (True,)).full(0)   # every RANGE of the scope, also where y doesn't depend on it
   inner = iter(range(len(ranges), len(ranges)+len(y.shape)))
-  return full.permute(tuple(ranges.index(a) if a.op is Ops.RANGE else next(inner) for a in varg))
+  ret = full.permute(tuple(ranges.index(a) if a.op is Ops.RANGE else next(inner) for a in varg))
+  if DEBUG_RANGEIFY: _print_scope(y, varg, done, ret)
+  return ret
+
+def _scope_str(varg:tuple[UOp, ...]) -> str: return "(" + ", ".join(f"{a.render()}={a.vmax+1}" if a.op is Ops.RANGE else "0" for a in varg) + ")"
+
+def _print_scope(y:UOp, varg:tuple[UOp, ...], done:dict[UOp, tuple[UOp, tuple[UOp, ...]]], ret:UOp) -> None:
+  """DEBUG_RANGEIFY on 0.14: no scope reaches rangeify, so each VMAPOUT prints what it batched, inputs first: every node of the scope,
+  its shape for one example, the scope RANGEs it depends on (its batch axes, in front) and its shape over the batch. Rangeify's own
+  output then shows the batched graph like any other"""
+  print("*"*26, f"vmap scope {_scope_str(varg)}: {len(done)} nodes batched (tinygrad/batching.py)")
+  for u,(b,dims) in done.items():
+    print(f"     {str(u.op):20s} {str(u.shape):20s} {'['+']['.join(r.render() for r in dims)+']' if dims else '[]':24s} -> {b.shape}")
+  print(f"     {'Ops.VMAPOUT':20s} {str(y.shape):20s} {_scope_str(varg):24s} -> {ret.shape}")
 
 # *** what Tensor.vmapin / Tensor.vmapout check at the call, so bad vargs are named there rather than deep in a rewrite ***
 
