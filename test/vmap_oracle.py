@@ -1,5 +1,6 @@
 """Shared helpers for the vmap tests: random data, the VMAPIN/VMAPOUT bracket, and the independent oracle (a numpy loop over examples)."""
 import functools, inspect, os, unittest
+from types import SimpleNamespace
 import numpy as np
 from tinygrad import Tensor, GlobalCounters, Device
 from tinygrad.uop.ops import AxisType
@@ -28,7 +29,10 @@ def realize_with_buffers(t:Tensor) -> list:
   if t.uop.is_virtual: t.replace(t.contiguous())   # 0.14 leaves an elementwise op of realized buffers virtual (computed where it is read)
   linear, var_vals = t.linear_with_vars()
   run_linear(linear, var_vals)
-  return [u.buffer for call in linear.src for u in call.src[1:] if u.op is Ops.BUFFER]
+  # an intermediate is a slice of 0.14's arena, BITCAST(SHRINK(BUFFER of bytes)): its size is the slice's bytes over its itemsize
+  def buf(u): return u.buffer if u.op is Ops.BUFFER else SimpleNamespace(size=u.src[0].shape[0] // u.dtype.itemsize)
+  return [buf(u) for call in linear.src for u in call.src[1:] if u.op is Ops.BUFFER or
+          (u.op is Ops.BITCAST and u.src[0].op is Ops.SHRINK and u.src[0].src[0].op is Ops.BUFFER)]
 
 def jit_kernels(jf) -> int:
   """how many kernels a TinyJit replays"""
