@@ -3,7 +3,7 @@ VMAPOUT's output), nesting, kernel counts and bad input.
 Every result is compared with a numpy loop over examples on random float64 data."""
 import unittest
 import numpy as np
-from tinygrad import Tensor, UOp, dtypes, Device, Context
+from tinygrad import Tensor, UOp, dtypes, Device, Context, vmap
 from tinygrad.uop.ops import Ops, AxisType
 from tinygrad.uop.spec import type_verify
 from tinygrad.vmap import vmap_range, varg, KEPT as ZERO
@@ -168,6 +168,13 @@ class TestConstructsMiddleAxis(Constructs, VmapTestCase): in_axis = 1
 # one example at a time (0.14 has no OUTER: these skip there, docs/internals.md's table)
 class TestConstructsOuter(Constructs, VmapTestCase): in_axis, axis_type = 0, getattr(AxisType, "OUTER", None)
 class TestConstructsOuterMiddleAxis(Constructs, VmapTestCase): in_axis, axis_type = 1, getattr(AxisType, "OUTER", None)
+class TestConstructsOneAtATime(Constructs, VmapTestCase):
+  """the constructs one example at a time, vmap's chunk_size=1, on both lines: a scope per example on 0.14 (its counterpart of the
+  OUTER scopes above, which 0.14 removed), an OUTER scope on 0.12"""
+  in_axis = 1
+  def per_example(self, tfn, shape=(6,), nfn=None, batch=3, **tol):
+    x = batched(batch, shape, self.in_axis)
+    self.assert_close(vmap(tfn, in_axes=self.in_axis, chunk_size=1)(Tensor(x)).numpy(), np_loop(nfn or tfn, x, in_axes=self.in_axis), **tol)
 class TestPostVmapAxis0(PostVmap, VmapTestCase): in_axis = 0
 class TestPostVmapMiddleAxis(PostVmap, VmapTestCase): in_axis = 1
 

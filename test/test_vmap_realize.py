@@ -4,7 +4,7 @@ not one-hot ones."""
 import unittest
 from types import SimpleNamespace
 import numpy as np
-from tinygrad import Tensor, Device
+from tinygrad import Tensor, Device, vmap
 from tinygrad.uop.ops import AxisType
 from vmap_oracle import VmapTestCase, rand, nested_batch, nest, np_nest, kernels, np_softmax, realize_with_buffers, SCOPES_IN_SCHEDULER
 
@@ -134,6 +134,15 @@ class TestOuter(StackFlattenPick, MultiConsumerNodes, NestedScopesCase):
   def test_launches_grow_with_batch(self):
     f = lambda x, L: pick(stacked3(x, L), (0, 4, 8, 3), L)
     self.assertNotEqual(self.launches(f, (3,), (3,), axis_type=AxisType.OUTER), self.launches(f, (3,), (6,), axis_type=AxisType.OUTER))
+
+class TestOneAtATime(StackFlattenPick, MultiConsumerNodes, NestedScopesCase):
+  """the same cases one example at a time in a depth 2 nest, vmap's chunk_size=1 at both depths, on both lines: scopes per example on
+  0.14 (its counterpart of the OUTER scopes here, which 0.14 removed), OUTER scopes on 0.12"""
+  axes, sizes = (1, 0), (3, 2)
+  def vm(self, f, shape:tuple[int, ...], nf=None):
+    x, fn = nested_batch(shape, self.axes, self.sizes), lambda e: f(e, TG)
+    for a in reversed(self.axes): fn = vmap(fn, in_axes=a, chunk_size=1)
+    self.assert_close(fn(Tensor(x)).numpy(), np_nest(nf or (lambda e: f(e, NP)), self.axes)(x))
 
 # one OUTER scope in a depth 2 nest (OUTER scopes nested in OUTER scopes are in test_vmap_outer.py)
 class TestOuterAroundLoop(StackFlattenPick, MultiConsumerNodes, NestedScopesCase):
