@@ -168,7 +168,9 @@ class Solver:
     """the kernels (and copies) TinyJit replays per iteration, once it has captured one (its third call)"""
     captured = self.iterate.captured
     if hasattr(captured, "jit_cache"): return len(captured.jit_cache)          # tinygrad 0.12: a list of ExecItems
-    return sum(len(c.src[0].src[0].src) if c.src[0].arg == "graph" else 1 for c in captured.linear.src)   # 0.14: CALLs, graphs of CALLs
+    # 0.14: CALLs, graphs of CALLs, or one command buffer of them all (hcq: TinyJit's CPU graph)
+    return sum(len(c.src[0].src[0].src) if c.src[0].arg == "graph" else len(c.arg.aux.kernels) if c.src[0].arg == "hcq" else 1
+               for c in captured.linear.src)
 
   def _iterate(self) -> Tensor:
     X, U, T, Xc = self.X, self.U, self.T, self.candidates

@@ -38,7 +38,9 @@ def jit_kernels(jf) -> int:
   """how many kernels a TinyJit replays"""
   if hasattr(jf.captured, "jit_cache"): return len(jf.captured.jit_cache)
   from tinygrad.uop.ops import Ops
-  return len([c for c in jf.captured.linear.src if c.op is Ops.CALL])
+  # a CALL a kernel, or one command buffer of them all (hcq: TinyJit's CPU graph of a capture of many kernels)
+  return sum(len(c.arg.aux.kernels) if c.src[0].op is Ops.CUSTOM_FUNCTION and c.src[0].arg == "hcq" else 1
+             for c in jf.captured.linear.src if c.op is Ops.CALL)
 
 def training():
   """the context dropout & co draw in: Tensor.train() on 0.12, Context(TRAINING=1) on 0.14"""

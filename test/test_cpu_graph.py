@@ -1,0 +1,82 @@
+"""TinyJit on the CPU replays a capture of many kernels as one graph: on 0.12 its GraphRunner batches the kernels, on 0.14 (whose CPU
+device has no graph) a capture of JIT_CPU_GRAPH kernels or more becomes one command buffer (hcq2's, the cpu-graph topic). Either way
+each replay runs every kernel, on this call's inputs. A replay counts each kernel on 0.14, each graph launch on 0.12. Compared with
+numpy on random data every call."""
+import unittest
+import numpy as np
+from tinygrad import Tensor, TinyJit, Device, UOp, dtypes
+from tinygrad.helpers import Context
+from tinygrad.uop.ops import Ops
+from vmap_oracle import rand, kernels, jit_kernels
+from fork_topics import applied
+
+COMMAND_BUFFERS = applied("cpu-graph")   # the 0.14 line's topic (not on 0.12, nor in 0.14's SERIES=vmap)
+
+K = 70   # kernels in a capture: above 0.14's JIT_CPU_GRAPH (64)
+
+def chain(x:Tensor, w:Tensor, k:int) -> Tensor:
+  """k small kernels, each reading the last one's output and the input w"""
+  for i in range(k): x = (x * w + i / k).contiguous()
+  return x
+
+def np_chain(x:np.ndarray, w:np.ndarray, k:int) -> np.ndarray:
+  for i in range(k): x = x * w + i / k
+  return x
+
+def is_command_buffer(jf) -> bool:
+  """the capture replays as one hcq command buffer (0.14's CPU graph)"""
+  return not hasattr(jf.captured, "jit_cache") and [c.src[0].arg for c in jf.captured.linear.src] == ["hcq"]
+
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU's graph")
+class TestCPUGraph(unittest.TestCase):
+  def replays(self, k:int, calls:int=4):
+    """a jitted chain of k kernels, called with new data every call; returns it and the kernels each replay ran"""
+    jf, counts = TinyJit(lambda x, w: chain(x, w, k).realize()), []
+    for _ in range(calls):
+      x, w = rand(32), rand(32) * 0.5
+      X, W, out = Tensor(x).realize(), Tensor(w).realize(), []
+      counts.append(kernels(lambda: out.append(jf(X, W).numpy())))
+      np.testing.assert_allclose(out[0], np_chain(x, w, k), rtol=1e-9, atol=1e-12)
+    return jf, counts[2:]   # captured on the second call: the rest are replays
+
+  def check_counts(self, jf, counts:list[int], k:int):
+    # 0.14 counts each kernel (of a command buffer too), and its jit_kernels does too; 0.12 counts a graph of them as one launch
+    if COMMAND_BUFFERS: self.assertEqual((counts, jit_kernels(jf)), ([k, k], k))
+    else: self.assertEqual(counts[0], counts[1])
+
+  def test_many_kernels(self):
+    jf, counts = self.replays(K)
+    self.check_counts(jf, counts, K)
+    if COMMAND_BUFFERS: self.assertTrue(is_command_buffer(jf))
+
+  def test_few_kernels_launch_one_by_one(self):
+    jf, counts = self.replays(3)
+    self.check_counts(jf, counts, 3)
+    if COMMAND_BUFFERS: self.assertFalse(is_command_buffer(jf))
+
+  @unittest.skipUnless(COMMAND_BUFFERS, "JIT_CPU_GRAPH is the 0.14 line's cpu-graph topic (0.12's TinyJit graphs with its GraphRunner)")
+  def test_off(self):
+    with Context(JIT_CPU_GRAPH=0):
+      jf, counts = self.replays(K)
+    self.check_counts(jf, counts, K)
+    self.assertFalse(is_command_buffer(jf))
+
+  def test_variables_bound_inside(self):
+    # each kernel binds a Variable to its own value inside the jitted function (examples/trajopt.py's knot index): the graph keeps them
+    buf = Tensor.zeros(K+1, 3, dtype=dtypes.float64).contiguous().realize()
+    @TinyJit
+    def recursion(x:Tensor) -> Tensor:
+      buf[K].assign(x).realize()
+      for k in reversed(range(K)):
+        k = UOp.variable("knot", 0, K-1).bind(k)
+        buf[k].assign(buf[k + 1] * 0.5 + 1).realize()
+      return buf
+    for call in range(4):
+      x, want = rand(3), np.zeros((K+1, 3))
+      want[K] = x
+      for k in reversed(range(K)): want[k] = want[k+1] * 0.5 + 1
+      np.testing.assert_allclose(recursion(Tensor(x).realize()).numpy(), want, rtol=1e-12)
+    if COMMAND_BUFFERS: self.assertTrue(is_command_buffer(recursion))
+
+if __name__ == "__main__":
+  unittest.main()
