@@ -209,9 +209,10 @@ class TestRepo(unittest.TestCase):
   def test_vmap_series_leaves_out_only_the_performance_topics(self):
     full, vmap = fork.series_topics(ROOT), fork.series_topics(ROOT, "vmap")
     self.assertEqual(full[:len(vmap)], vmap)
-    # the default line has all four; a line being ported has those ported so far, in the same order
+    # the default line has all four; a line being ported has those ported so far, in the same order, and 0.14 its cpu-graph (0.12's
+    # TinyJit has upstream 0.12's CPU graph)
     perf = ("cpu-codegen", "first-call", "eager-cost", "gpu-heuristics")
-    self.assertEqual(full[len(vmap):], list(perf) if fork.is_default_line(ROOT) else [t for t in perf if t in full])
+    self.assertEqual(full[len(vmap):], list(perf) if fork.is_default_line(ROOT) else [t for t in perf + ("cpu-graph",) if t in full])
 
 class TestWheel(unittest.TestCase):
   def test_pip_install_into_venv(self):
