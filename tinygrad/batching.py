@@ -97,7 +97,7 @@ def batch_scope(y:UOp, varg:tuple[UOp, ...]) -> UOp:
 # VIZ: each scope is a graph of its own, "vmap scope rm1=1000", whose step "batch scope" starts from the bracket (the per-example graph
 # between its VMAPINs and a VMAPOUT, vargs and all) and rewrites the VMAPOUT to the batched graph: the scope dissolves there
 pm_dissolve = PatternMatcher([(UPat(Ops.VMAPOUT, name="b"), lambda ctx, b: ctx.get(b))])
-def _scope_name(bracket:UOp, batched:UOp, ret) -> str: return "vmap scope " + _scope_str(bracket.src[1:])
+def _scope_name(bracket:UOp, batched:UOp, ret) -> str: return "vmap scope " + varg_str(bracket.src[1:])
 @rewrite_group(_scope_name)
 def _trace_scope(bracket:UOp, batched:UOp) -> UOp: return graph_rewrite(bracket, pm_dissolve, ctx={bracket: batched}, name="batch scope")
 
@@ -121,16 +121,18 @@ def _batched(y:UOp, varg:tuple[UOp, ...]) -> UOp:
   if DEBUG_RANGEIFY: _print_scope(y, varg, done, ret)
   return ret
 
-def _scope_str(varg:tuple[UOp, ...]) -> str: return "(" + ", ".join(f"{a.render()}={a.vmax+1}" if a.op is Ops.RANGE else "0" for a in varg) + ")"
+def varg_str(varg:tuple[UOp, ...]) -> str:
+  """a varg as VIZ and DEBUG_RANGEIFY print it, `(rm1048576=1000, 0)`: a RANGE as its name = size, a kept axis as 0"""
+  return "(" + ", ".join(f"{a.render()}={a.vmax+1}" if a.op is Ops.RANGE else "0" for a in varg) + ")"
 
 def _print_scope(y:UOp, varg:tuple[UOp, ...], done:dict[UOp, tuple[UOp, tuple[UOp, ...]]], ret:UOp) -> None:
   """DEBUG_RANGEIFY on 0.14: no scope reaches rangeify, so each VMAPOUT prints what it batched, inputs first: every node of the scope,
   its shape for one example, the scope RANGEs it depends on (its batch axes, in front) and its shape over the batch. Rangeify's own
   output then shows the batched graph like any other"""
-  print("*"*26, f"vmap scope {_scope_str(varg)}: {len(done)} nodes batched (tinygrad/batching.py)")
+  print("*"*26, f"vmap scope {varg_str(varg)}: {len(done)} nodes batched (tinygrad/batching.py)")
   for u,(b,dims) in done.items():
     print(f"     {str(u.op):20s} {str(u.shape):20s} {'['+']['.join(r.render() for r in dims)+']' if dims else '[]':24s} -> {b.shape}")
-  print(f"     {'Ops.VMAPOUT':20s} {str(y.shape):20s} {_scope_str(varg):24s} -> {ret.shape}")
+  print(f"     {'Ops.VMAPOUT':20s} {str(y.shape):20s} {varg_str(varg):24s} -> {ret.shape}")
 
 # *** what Tensor.vmapin / Tensor.vmapout check at the call, so bad vargs are named there rather than deep in a rewrite ***
 
