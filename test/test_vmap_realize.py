@@ -1,7 +1,7 @@
 """vmap scopes whose inside needs realizing: reduces and multi-consumer nodes indexed and re-stacked, nested, and in OUTER scopes.
 Every result is compared with a numpy loop over examples on random float64 data; the constants the cases multiply by are random vectors,
 not one-hot ones."""
-import unittest
+import unittest, unittest.mock
 from types import SimpleNamespace
 import numpy as np
 from tinygrad import Tensor, Device, vmap
@@ -100,6 +100,14 @@ class TestLaunchCounts(StackFlattenPick, NestedScopesCase):
   def test_nested_numpy_without_realize_no_extra_launch(self):
     # known defect: .numpy() straight on the outer VMAPOUT adds a copy kernel
     self.assertLessEqual(self.launches(reduce_index, (4,), (3, 10), axes=(1, 0), how=lambda y: y.numpy()), self.single(reduce_index, (4,)))
+
+  def test_realize_again_schedules_nothing(self):
+    # a realized result is a buffer, or on 0.14 a view of one (spjac's stack over a batch is a PERMUTE of its buffer): nothing to compute
+    schedule = "linear_with_vars" if hasattr(Tensor, "linear_with_vars") else "schedule_with_vars"
+    y = vmap(lambda e: spjac(e, TG))(Tensor(x:=rand(10, 3)).realize()).realize()
+    with unittest.mock.patch.object(Tensor, schedule, side_effect=AssertionError(f"{schedule} called")):
+      self.assertEqual(kernels(y.realize), 0)
+    self.assert_close(y.numpy(), np.stack([spjac(e, NP) for e in x]))
 
   # vmap never launches more than the same batch written by hand (on 0.14 it is that code: the same kernels)
   def test_no_more_launches_than_hand_batched(self):
