@@ -5,6 +5,7 @@ import numpy as np
 from tinygrad import Tensor, dtypes
 from tinygrad.helpers import Context
 from tinygrad.uop.ops import UOp, Ops, KernelInfo
+from fork_topics import applied
 
 def rand(*shape, seed=0) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape)
 
@@ -100,6 +101,17 @@ class TestFixes(unittest.TestCase):
     x = np.array([1e3, 1e5, 1e7, 1e10])
     np.testing.assert_allclose(Tensor(x).sin().numpy(), np.sin(x), atol=1e-5)
     np.testing.assert_allclose(Tensor(x).cos().numpy(), np.cos(x), atol=1e-5)
+
+  @unittest.skipUnless(applied("fix-cos-large-arguments") or applied("cpu-codegen"),
+                       "the 0.12 line fixes cos in its cpu-codegen topic, which the vmap series (SERIES=vmap) leaves out")
+  def test_cos_of_large_arguments(self):
+    # fix-cos-large-arguments: cos(x) was sin(pi/2-x), and pi/2-x rounds to x's precision: float32's cos was off by ~1e-3 near 1e4, cos(1e30)
+    # by 1.4; now cos reduces x itself, one quadrant on
+    # (float64 stops at 3e5: past 1e14 its sin and cos are both float32-exact, test_float64_sin_of_large_arguments)
+    for dt, x in ((np.float32, [31, -100, 1e4, -3e5, 1e30]), (np.float64, [31, -100, 1e4, -3e5])):
+      x = np.array(x, dt)
+      with self.subTest(dtype=np.dtype(dt).name):
+        np.testing.assert_allclose(Tensor(x).cos().numpy(), np.cos(x.astype(np.float64)), atol=1e-6)
 
   def test_tensor_index_of_computed_eye(self):
     # fix-cmpne-add-lift-loop: indexing a computed eye (jacfwd's basis) with a Tensor looped forever in the load collapse's rewrite

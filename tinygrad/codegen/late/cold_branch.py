@@ -9,7 +9,30 @@ from tinygrad.uop.ops import UOp, Ops, GroupOp
 from tinygrad.dtype import dtypes, AddrSpace
 
 COLD_ARM_MIN_OPS = 48  # below this a mispredicted branch costs more than computing the arm
-MOVABLE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.GEP, Ops.VECTORIZE}
+# the 0.12 line keeps vectors (GEP, VECTORIZE) and has DEFINE_REG; the 0.14 line devectorizes every ALU and a register is a REG BUFFER
+VECTORS = hasattr(Ops, "GEP")
+MOVABLE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST} | ({Ops.GEP, Ops.VECTORIZE} if VECTORS else set())
+
+def _const(dtype, v) -> UOp:
+  # 0.14's lowered program holds a constant as a CAST of a weakint CONST (its renderer inlines the CAST and skips a bare CONST)
+  return UOp.const(dtype, v) if VECTORS else UOp(Ops.CAST, dtype, (UOp.const(int(v), dtypes.weakint),))
+
+def _registers(lst:list[UOp], group:list[UOp]) -> tuple[list[UOp], list[UOp]]:
+  """a register of one element per WHERE of group: the ops that define them, and the INDEX each is stored and loaded through"""
+  zero = _const(dtypes.int, 0)
+  if VECTORS:
+    first = 1 + max([u.arg for u in lst if u.op is Ops.DEFINE_REG], default=-1)
+    idxs = [UOp(Ops.DEFINE_REG, w.dtype.ptr(size=1, addrspace=AddrSpace.REG), arg=first+i).index(zero, ptr=True) for i,w in enumerate(group)]
+    return [zero, *[i.src[0] for i in idxs], *idxs], idxs
+  first = 1 + max([u.arg.slot for u in lst if u.op is Ops.BUFFER and u.arg.addrspace is AddrSpace.REG], default=-1)
+  regs = [UOp.placeholder((1,), w.dtype, first+i, addrspace=AddrSpace.REG) for i,w in enumerate(group)]
+  idxs = [r.index(zero) for r in regs]
+  return [zero, *dict.fromkeys(s for r in regs for s in r.src), *regs, *idxs], idxs
+
+def _load_after(idx:UOp, endif:UOp) -> list[UOp]:
+  """the ops that load a register after the IF block (0.14 orders a load after the stores it reads with an AFTER)"""
+  if VECTORS: return [idx.load()]
+  return [after:=idx.src[0].after(endif), index:=after.index(idx.src[1]), index.load()]
 
 def _exclusive_arm(order:dict[UOp, int], consumers:dict[UOp, list[UOp]], group:list[UOp], side:int) -> list[UOp]:
   """the ops (in list order) that only the arms `side` of the WHEREs in group consume, directly or through each other"""
@@ -43,19 +66,19 @@ def _branch_group(lst:list[UOp], order:dict[UOp, int], group:list[UOp], side:int
   moved, gset = set(arm) | set(group), set(group)
   if any(s in gset for u in arm+group for s in u.src): return None  # a WHERE feeding another: left alone
   # the block: registers written with the cheap arm, then under IF (the expensive arm's condition) with the expensive one
-  first_reg = 1 + max([u.arg for u in lst if u.op is Ops.DEFINE_REG], default=-1)
-  zero, conds = UOp.const(dtypes.int, 0), list(dict.fromkeys(w.src[0] for w in group))
-  idxs = [UOp(Ops.DEFINE_REG, w.dtype.ptr(size=1, addrspace=AddrSpace.REG), arg=first_reg+i).index(zero, ptr=True) for i,w in enumerate(group)]
-  block = [zero, *[i.src[0] for i in idxs], *idxs, *[UOp.store(i, w.src[3-side]) for i,w in zip(idxs, group)]]
-  if side == 2: block.append(true:=UOp.const(dtypes.bool, True))
+  conds = list(dict.fromkeys(w.src[0] for w in group))
+  defs, idxs = _registers(lst, group)
+  block = [*defs, *[UOp.store(i, w.src[3-side]) for i,w in zip(idxs, group)]]
+  if side == 2: block.append(true:=_const(dtypes.bool, True))
   block += (gates:=[c if side == 1 else c.ne(true) for c in conds])
   any_lane = gates[0]
   for g in gates[1:]: block.append(any_lane:=any_lane | g)
   # one condition: the IF is the arm's condition; lanes: any lane's, and each WHERE selects its own lane's arm inside it
   block += [mif:=UOp(Ops.IF, src=(any_lane, idxs[0])), *arm, *([] if len(conds) == 1 else group),
-            *[UOp.store(i, w.src[side] if len(conds) == 1 else w) for i,w in zip(idxs, group)], UOp(Ops.ENDIF, src=(mif,))]
-  replaced: dict[UOp, UOp] = {w:i.load() for i,w in zip(idxs, group)}
-  block = [u for u in block+list(replaced.values()) if u in moved or u not in order]  # a constant the list has stays where it is
+            *[UOp.store(i, w.src[side] if len(conds) == 1 else w) for i,w in zip(idxs, group)], endif:=UOp(Ops.ENDIF, src=(mif,))]
+  loads = [_load_after(i, endif) for i in idxs]
+  replaced: dict[UOp, UOp] = {w:ld[-1] for ld,w in zip(loads, group)}
+  block = [u for u in block+[u for ld in loads for u in ld] if u in moved or u not in order]  # a constant the list has stays where it is
   # re-linearize with the block as one node, as close to the old order as the new dependencies allow
   node = lambda u: None if u in moved else u
   deps: dict[UOp|None, set[UOp|None]] = {u:{node(s) for s in u.src} - {u} for u in lst if u not in moved}
@@ -87,13 +110,13 @@ def cold_branches(lst:list[UOp]) -> list[UOp]:
       for s in u.src: consumers[s].append(u)
     groups: dict[UOp, list[UOp]] = {}
     for u in lst:
-      if u.op is Ops.WHERE and u.dtype.count == 1 and u.src[0] not in done: groups.setdefault(u.src[0], []).append(u)
+      if u.op is Ops.WHERE and (not VECTORS or u.dtype.count == 1) and u.src[0] not in done: groups.setdefault(u.src[0], []).append(u)
     # the lanes of one vector: WHEREs whose arms are GEPs of one vector join one group
     root: dict[UOp, UOp] = {c:c for c in groups}
     def find(c:UOp) -> UOp: return c if root[c] is c else find(root[c])
     first_lane: dict[tuple[int, UOp], UOp] = {}
     for cond, group in groups.items():
-      for k in [(side, w.src[side].src[0]) for w in group for side in (1, 2) if w.src[side].op is Ops.GEP]:
+      for k in [(side, w.src[side].src[0]) for w in group for side in (1, 2) if VECTORS and w.src[side].op is Ops.GEP]:
         if (other:=first_lane.setdefault(k, cond)) is not cond: root[find(cond)] = find(other)
     for cond in [c for c in groups if find(c) is not c]: groups[find(cond)] += groups.pop(cond)
     for group in [sorted(g, key=order.__getitem__) for g in groups.values()]:

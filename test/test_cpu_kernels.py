@@ -1,0 +1,150 @@
+"""The cpu-codegen topic's CPU kernel rules that both lines have, asserted exactly and checked against numpy in float64 (never timed):
+
+- the matmul register tile (codegen/opt/heuristic_cpu.py's cpu_gemm_tile): a matmul whose N axis is unit-stride in B upcasts M and N
+  into a tile of accumulators and leaves the reduce rolled. The 0.12 line keeps vector ALUs for clang and takes a 4x16 float32 tile (8x16
+  with AVX-512); the 0.14 line's accumulators are scalars clang vectorizes, and its tile is one 32-byte vector of N by 4 rows.
+- the cold branch (codegen/late/cold_branch.py): sin/cos/tan's Payne-Hanek reduction, which only |x| >= 30 takes, runs under an IF
+  instead of on every element, bit for bit the select's results.
+
+The 0.12 line's other rules need its vector ALUs: test/test_cpu_codegen.py (bench/analysis-0.14.0.md)."""
+from fork_topics import skip_module_unless
+skip_module_unless('cpu-codegen')
+import math, unittest
+import numpy as np
+from tinygrad import Tensor, Device, dtypes, vmap
+from tinygrad.helpers import Context
+from tinygrad.codegen.opt import OptOps
+from tinygrad.codegen.opt.heuristic_cpu import cpu_tile_bytes
+
+LINEAR_SCHEDULE = hasattr(Tensor, "schedule_linear")   # 0.14: a schedule is a LINEAR of CALLs, each CALL's src[0] its kernel's AST
+
+def last_kernel(t:Tensor):
+  """the AST of the last kernel that realizes t"""
+  if LINEAR_SCHEDULE: return t.schedule_linear().src[-1].src[0]
+  return [si for si in t.schedule() if si.ast.op.name == "SINK"][-1].ast
+
+def kernel_opts(t:Tensor) -> list[tuple[OptOps, int]]:
+  """the opts the heuristics give the last kernel that realizes t (launch threads left out)"""
+  ren = Device[Device.DEFAULT].renderer
+  if LINEAR_SCHEDULE:
+    from tinygrad.codegen.opt.postrange import apply_opts
+    opts = apply_opts(last_kernel(t), ren).arg.applied_opts
+  else:
+    from tinygrad.codegen import get_program
+    opts = get_program(last_kernel(t), ren).applied_opts
+  return [(o.op, o.arg) for o in opts if o.op is not OptOps.THREAD]
+
+@Context(NOOPT=1)
+def ifs(t:Tensor) -> int:
+  """the IF blocks in the program of the last kernel that realizes t, built without upcasts (each lane of an upcast has its own on 0.14)"""
+  from tinygrad.uop.ops import Ops
+  if LINEAR_SCHEDULE:
+    from tinygrad.codegen import do_to_program
+    uops = next(s for s in do_to_program(last_kernel(t), Device["CPU"].renderer).src if s.op is Ops.LINEAR).src
+  else:
+    from tinygrad.codegen import get_program
+    uops = get_program(last_kernel(t), Device["CPU"].renderer).uops
+  return [u.op for u in uops].count(Ops.IF)
+
+def fresh_compile():
+  """forget the compiled kernels (each line's in-process cache of them), so the next realize builds its kernels again"""
+  import tinygrad.codegen, tinygrad.engine.realize
+  for mod, name in ((tinygrad.codegen, "to_program_cache"), (tinygrad.engine.realize, "method_cache")):
+    if (cache:=getattr(mod, name, None)) is not None: cache.clear()
+
+def computed(fn, x:np.ndarray, dtype, cold:bool) -> np.ndarray:
+  """fn of x built with the cold branches on or off (compiled in this process)"""
+  ren = Device["CPU"].renderer
+  fresh_compile()
+  try:
+    ren.cold_branches = cold
+    # 0.14 compiles in worker processes (PARALLEL), which don't see this renderer's flag
+    with Context(**({"PARALLEL": 0} if LINEAR_SCHEDULE else {})): return fn(Tensor(x, dtype=dtype)).numpy()
+  finally:
+    del ren.cold_branches   # back to the class's value
+    fresh_compile()
+
+def tile(itemsize:int) -> list[tuple[OptOps, int]]:
+  """this line's tile: the rows (M) upcast first, then the columns (N)"""
+  if hasattr(Tensor, "schedule_linear"): return [(OptOps.UPCAST, 4), (OptOps.UPCAST, 32 // itemsize)]
+  n = 64 // max(itemsize, 4)
+  return [(OptOps.UPCAST, min(8, cpu_tile_bytes() // itemsize // n)), (OptOps.UPCAST, n)]
+
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU renderer's heuristics")
+class TestCPUGemmTile(unittest.TestCase):
+  def test_tile_float32(self): self.assertEqual(kernel_opts(Tensor.empty(64, 64) @ Tensor.empty(64, 64)), tile(4))
+  def test_tile_float64(self):
+    self.assertEqual(kernel_opts(Tensor.empty(64, 64, dtype="float64") @ Tensor.empty(64, 64, dtype="float64")), tile(8))
+  def test_tile_of_a_vmapped_layer(self):
+    # bench W2's first kernel: each example's row times a shared weight is one matmul over the batch
+    self.assertEqual(kernel_opts(vmap(lambda x, w: x @ w, in_axes=(0, None))(Tensor.empty(256, 64), Tensor.empty(64, 64))), tile(4))
+
+  def test_transposed_b_keeps_generic_opts(self):
+    # N is not unit-stride in B.T: no tile, the generic upcasts (which unroll the reduce)
+    self.assertNotEqual(kernel_opts(Tensor.empty(64, 64) @ Tensor.empty(64, 64).T), tile(4))
+
+  def test_not_for_a_reduce_that_is_not_a_matmul(self):
+    self.assertNotEqual(kernel_opts((Tensor.empty(64, 64, 64) * 2).sum(1)), tile(4))
+
+  def test_against_numpy(self):
+    rng = np.random.default_rng(7)
+    for m, k, n, dtype, tb in [(64, 64, 64, np.float32, False), (20, 64, 8, np.float32, False), (12, 5, 4, np.float32, False),
+                               (36, 7, 24, np.float32, False), (8, 33, 48, np.float32, False), (3, 4, 5, np.float32, False),
+                               (16, 16, 1, np.float32, False), (64, 64, 64, np.float64, False), (12, 5, 8, np.float64, False),
+                               (64, 64, 64, np.float32, True)]:
+      with self.subTest(shape=(m, k, n), dtype=np.dtype(dtype).name, transposed_b=tb):
+        a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+        got = (Tensor(a) @ (Tensor(b).T if tb else Tensor(b))).numpy()
+        tol = 1e-4 if dtype == np.float32 else 1e-10
+        np.testing.assert_allclose(got, a.astype(np.float64) @ (b.T if tb else b).astype(np.float64), rtol=tol, atol=tol)
+
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU renderer's codegen")
+class TestCPUColdBranch(unittest.TestCase):
+  TRIG = (("sin", lambda t: t.sin()), ("cos", lambda t: t.cos()), ("tan", lambda t: t.tan()), ("sin+cos", lambda t: t.sin()*2 + t.cos()),
+          ("sin(x)*cos(3x)", lambda t: t.sin() * (t*3).cos()))
+
+  def test_bit_identical_to_the_select(self):
+    # the branch only skips work: every value, on both sides of the switch-over and the special cases, is the select's
+    for dt, npdt, huge in ((dtypes.float32, np.float32, 1e30), (dtypes.float64, np.float64, 1e200)):
+      rng = np.random.default_rng(3)
+      x = np.concatenate([rng.standard_normal(40) * s for s in (1, 10, 40, 1e3, 1e6)] +
+                         [[29.999, 30, 30.001, -30, 0, -0.0, math.inf, -math.inf, math.nan, huge, -huge]]).astype(npdt)
+      for name, fn in self.TRIG:
+        with self.subTest(dtype=dt, fn=name):
+          np.testing.assert_array_equal(computed(fn, x, dt, cold=True), computed(fn, x, dt, cold=False))
+
+  def test_against_numpy(self):
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.standard_normal(64) * s for s in (1, 40, 1e4)])
+    for dt, atol in ((dtypes.float32, 6e-6), (dtypes.float64, 1e-9)):
+      with self.subTest(dtype=dt):
+        xd = x.astype(dt.fmt)
+        got = (Tensor(xd, dtype=dt).sin() * 2 + Tensor(xd, dtype=dt).cos()).numpy()
+        np.testing.assert_allclose(got, np.sin(xd.astype(np.float64))*2 + np.cos(xd.astype(np.float64)), atol=atol)
+
+  def test_one_branch_per_angle(self):
+    x = Tensor.empty(64)
+    self.assertEqual(ifs(x.sin()), 1)
+    self.assertEqual(ifs(x.sin() + x.cos()), 1)  # cos(x) takes sin(x)'s condition and reduction
+    self.assertEqual(ifs(x.tan()), 1)
+    self.assertEqual(ifs(x.sin() + (x*2).cos()), 2)
+
+  def test_no_branch_where_an_arm_is_a_constant(self):
+    x = Tensor.empty(64)
+    self.assertEqual(ifs(x.exp() * x.log() + x.exp2().sqrt()), 0)
+    self.assertEqual(ifs((x > 0).where(x.sin(), 0)), 1)  # sin's own branch, not the mask's
+    self.assertEqual(ifs((x > 0).where(x * 3, x.exp())), 0)  # small arms stay a select
+
+  def test_vmapped_rotation(self):
+    # a per-example kinematics step (sin, cos, tan of two angles per example), batched; some examples take the large-argument path
+    def step(s:Tensor) -> Tensor: return Tensor.stack(s[0] + s[2].cos() * s[1], s[1] * s[2].sin(), s[3].tan() / s[3].cos())
+    rng = np.random.default_rng(5)
+    states = rng.uniform(-3, 3, (257, 4)).astype(np.float32)
+    states[::7, 2], states[::11, 3] = rng.uniform(30, 1e4, len(states[::7])), -rng.uniform(30, 1e4, len(states[::11]))
+    got = vmap(step)(Tensor(states)).numpy()
+    want = np.stack([[s[0] + np.cos(s[2]) * s[1], s[1] * np.sin(s[2]), np.tan(s[3]) / np.cos(s[3])] for s in states.astype(np.float64)])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    self.assertGreater(ifs(vmap(step)(Tensor(states))), 0)
+
+if __name__ == "__main__":
+  unittest.main()
