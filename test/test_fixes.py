@@ -113,6 +113,13 @@ class TestFixes(unittest.TestCase):
       with self.subTest(dtype=np.dtype(dt).name):
         np.testing.assert_allclose(Tensor(x).cos().numpy(), np.cos(x.astype(np.float64)), atol=1e-6)
 
+  def test_view_of_a_folded_contiguous_reads(self):
+    # fix-view-of-folded-contiguous: realize folds a CONTIGUOUS of a view that covers the whole buffer (here a permute of size-1 axes)
+    # into that view but leaves the CONTIGUOUS in the tensor; reading a view on top of it raised "non-contiguous view is not supported"
+    x = rand(1, 1, 3, 1)
+    got = Tensor(x).realize().permute(1, 0, 2, 3).contiguous().permute(0, 2, 1, 3).realize()
+    np.testing.assert_equal(got.numpy(), x.transpose(1, 0, 2, 3).transpose(0, 2, 1, 3))
+
   def test_tensor_index_of_computed_eye(self):
     # fix-cmpne-add-lift-loop: indexing a computed eye (jacfwd's basis) with a Tensor looped forever in the load collapse's rewrite
     got = Tensor.eye(4).reshape(4, 2, 2)[:, Tensor([1, 0])].numpy()

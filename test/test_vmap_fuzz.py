@@ -609,6 +609,13 @@ class TestFuzzRegressions(unittest.TestCase):
     with within(60): got = vmap(lambda e: e.cat(e).flip(0))(Tensor(x)).numpy()
     np.testing.assert_equal(got, np.concatenate([x, x], 1)[:, ::-1])
 
+  # a batch of one example, realized, then read: 0.14's realize folds a CONTIGUOUS of a view that covers its buffer (vmap's axes of size 1
+  # permuted) into that view and leaves it in the tensor, and reading the view on top raised "non-contiguous view" (fix-view-of-folded-contiguous)
+  def test_contiguous_in_a_batch_of_one(self):
+    x = np.random.default_rng(0).standard_normal((1, 1, 3, 1))
+    got = vmap(vmap(lambda e: e.contiguous(), in_axes=-3, out_axes=-2), in_axes=-4, out_axes=-4)(Tensor(x).realize()).realize()
+    np.testing.assert_equal(got.numpy(), x.transpose(0, 2, 1, 3))
+
   def test_nested_chunked_out_axes_1(self):
     x = np.random.default_rng(0).standard_normal((2, 2, 4))
     with within(60): got = vmap(vmap(lambda b: b, out_axes=1, chunk_size=1))(Tensor(x)).numpy()
