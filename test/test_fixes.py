@@ -1,4 +1,4 @@
-"""The upstream bugs the fix-* topic patches fix, each as its plain repro (no vmap: vanilla 0.12.0 fails every one of these) against numpy.
+"""The upstream bugs the fix-* topic patches fix, each as its plain repro (no vmap: vanilla 0.12.0 or 0.14.0 fails each) against numpy.
 The vmap cases the fuzzer found them by are in test/test_vmap_fuzz.py (TestFuzzRegressions); docs/internals.md maps topics to tests."""
 import unittest
 import numpy as np
