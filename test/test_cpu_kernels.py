@@ -1,5 +1,6 @@
 """The cpu-codegen topic's CPU kernel rules that both lines have, asserted exactly and checked against numpy in float64 (never timed):
 
+- a full unroll of a reduce stays within 32 lanes of the upcasts (codegen/opt/heuristic.py).
 - the matmul register tile (codegen/opt/heuristic_cpu.py's cpu_gemm_tile): a matmul whose N axis is unit-stride in B upcasts M and N
   into a tile of accumulators and leaves the reduce rolled. The 0.12 line keeps vector ALUs for clang and takes a 4x16 float32 tile (8x16
   with AVX-512); the 0.14 line's accumulators are scalars clang vectorizes, and its tile is one 32-byte vector of N by 4 rows.
@@ -85,6 +86,15 @@ class TestCPUGemmTile(unittest.TestCase):
 
   def test_not_for_a_reduce_that_is_not_a_matmul(self):
     self.assertNotEqual(kernel_opts((Tensor.empty(64, 64, 64) * 2).sum(1)), tile(4))
+
+  def test_full_unroll_stays_within_32_lanes(self):
+    # bench W5's pairwise distances: a 4x4 tile of upcasts and a reduce of 16 fully unrolled were 256 lanes, 2.5x the codegen (its first
+    # call) and no faster than unrolling the reduce by 4
+    a, b = np.random.default_rng(8).standard_normal((2, 64, 16)).astype(np.float32)
+    dist = vmap(vmap(lambda p, q: ((p - q) ** 2).sum().sqrt(), in_axes=(None, 0)), in_axes=(0, None))
+    self.assertNotIn((OptOps.UNROLL, 0), kernel_opts(dist(Tensor.empty(64, 16), Tensor.empty(64, 16))))
+    np.testing.assert_allclose(dist(Tensor(a), Tensor(b)).numpy(), np.sqrt(((a[:, None].astype(np.float64) - b[None]) ** 2).sum(-1)),
+                               rtol=1e-5)
 
   def test_against_numpy(self):
     rng = np.random.default_rng(7)
