@@ -526,17 +526,6 @@ class TestCPUColdBranch(unittest.TestCase):
     self.assertEqual(self.ifs((x > 0).where(x.sin(), 0), opts=[]), 1)  # sin's own branch, not the mask's
     self.assertEqual(self.ifs((x > 0).where(x * 3, x.exp()), opts=[]), 0)  # small arms stay a select
 
-  def test_vmapped_rotation(self):
-    # a per-example kinematics step (sin, cos, tan of two angles per example), batched; some examples take the large-argument path
-    def step(s:Tensor) -> Tensor: return Tensor.stack(s[0] + s[2].cos() * s[1], s[1] * s[2].sin(), s[3].tan() / s[3].cos())
-    rng = np.random.default_rng(5)
-    states = rng.uniform(-3, 3, (257, 4)).astype(np.float32)
-    states[::7, 2], states[::11, 3] = rng.uniform(30, 1e4, len(states[::7])), -rng.uniform(30, 1e4, len(states[::11]))
-    got = vmap(step)(Tensor(states)).numpy()
-    want = np.stack([[s[0] + np.cos(s[2]) * s[1], s[1] * np.sin(s[2]), np.tan(s[3]) / np.cos(s[3])] for s in states.astype(np.float64)])
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    self.assertGreater(self.ifs(vmap(step)(Tensor(states))), 0)
-
 @unittest.skipUnless(Device.DEFAULT == "CPU" and sys.platform == "linux", "the clang JIT compiler, os.fork")
 class TestClangSpare(unittest.TestCase):
   SRC = "void add1(float* restrict a) { for (int i = 0; i < 4; i++) a[i] += 1.0f; }"
