@@ -13,7 +13,6 @@ try: from tinygrad.codegen.late.devectorizer import vector_decomposition
 except ImportError: vector_decomposition = None   # the 0.14 line: its codegen keeps no vector ALUs, and only cpu_gemm_tile is hooked there
 
 def renderer_device(ren:Renderer) -> str: return ren.target.device if hasattr(ren, "target") else ren.device   # 0.14: in its Target
-def vector_alus(ren:Renderer) -> bool: return getattr(ren, "vector_alus", False)
 
 def stored(k:Scheduler) -> list[UOp]: return [u.src[0] for u in k.ast.backward_slice if u.op is Ops.STORE]
 def sum_of_products(op:Ops, x:UOp) -> bool: return op is Ops.ADD and x.op is Ops.MUL and all(s.op is Ops.INDEX for s in x.src)
@@ -53,7 +52,7 @@ def cpu_reduce_vector(k:Scheduler, axis:int) -> int|None:
   latency-bound, bench W1's row reduce 2.0 -> 1.4 ms, a column sum of 1000x4096 3.7 -> 1.7), or when a load is broadcast along it (an
   outer product of rows: pairwise distances) and it is the outermost axis and unit-stride in the store: the generic 4x4 tile of that was
   float4 math, split four ways by its store, and twice the UOps. A matmul, broadcast along an inner axis, keeps the generic tile."""
-  if not vector_alus(k.ren) or k.upcast_size() != 1 or k.reduceop is None: return None
+  if not k.ren.vector_alus or k.upcast_size() != 1 or k.reduceop is None: return None
   rng, stores = k.rngs[axis], stored(k)
   # a broadcast load on the outermost loop axis: the lanes' gathered loads stay out of the inner loops (the inner axis measured 1.3x
   # slower than the 4x4 tile)
@@ -72,7 +71,7 @@ def cpu_row_reduce(k:Scheduler) -> bool:
   accumulator of its own (the devectorizer reduces its lanes after the loop), four rows at a time. Upcasting 8 rows instead (one float8
   of accumulators, whose lanes are 8 rows: strided scalar loads) took 2x as long on bench W1's row sum and max. Not with decomposed
   transcendentals in the reduce (their compares are per lane: see lanes below)"""
-  if not vector_alus(k.ren) or k.upcast_size() != 1 or k.reduceop is None or not k.unrollable_dims: return False
+  if not k.ren.vector_alus or k.upcast_size() != 1 or k.reduceop is None or not k.unrollable_dims: return False
   if decomposed(k.ast, k.ren): return False
   # loads as wide as the accumulator: a half sum accumulates in float, and its 8 halves a step ran slower than the 16 rows upcast below
   if any(b.dtype.base.itemsize != k.reduceop.dtype.itemsize for b in k.bufs): return False
@@ -91,7 +90,7 @@ QUICK_OPTS = ContextVar("QUICK_OPTS", 0)  # a quick build (engine/realize.py's f
 
 def vector_transcendentals(ast:UOp, ren:Renderer) -> list[UOp]:
   """the decomposed transcendentals of an elementwise kernel that a vector upcast makes SIMD (with vector ALUs)"""
-  if not vector_alus(ren) or any(u.op is Ops.REDUCE for u in ast.backward_slice): return []
+  if not ren.vector_alus or any(u.op is Ops.REDUCE for u in ast.backward_slice): return []
   return [u for u in decomposed(ast, ren) if vector_decomposition(u)]
 
 def quick_opts_differ(ast:UOp, ren:Renderer) -> bool:
@@ -99,7 +98,7 @@ def quick_opts_differ(ast:UOp, ren:Renderer) -> bool:
   or may take the CPU matmul tile (a sum of products of two loads) where it is taller than the quick build's"""
   heuristics = not NOOPT and (ast.arg is None or (ast.arg.opts_to_apply is None and ast.arg.applied_opts == ()))
   matmul = any(u.op is Ops.REDUCE and sum_of_products(u.arg, u.src[0]) for u in ast.backward_slice)
-  return heuristics and (len(vector_transcendentals(ast, ren)) > 0 or (renderer_device(ren) == "CPU" and cpu_tile_bytes() > 256 and matmul))
+  return heuristics and (len(vector_transcendentals(ast, ren)) > 0 or (ren.device == "CPU" and cpu_tile_bytes() > 256 and matmul))
 
 def cpu_transcendental_upcast(k:Scheduler) -> bool:
   """An elementwise kernel whose sin/exp2/log2 are decomposed (no code for them) upcasts an axis they vary along to one 32-byte vector:
@@ -119,7 +118,7 @@ def cpu_store_upcast(k:Scheduler) -> bool:
   that axis, to one 32-byte vector: each row of the output is written front to back. The generic 4x4 tile writes four rows at once in
   16-byte pieces, which costs most when the output is not in cache (bench W6's per-example outer product: 1.26 -> 0.63 ms)"""
   # a kernel with decomposed transcendentals is cpu_transcendental_upcast's (a quick build leaves them scalar: cheaper to build)
-  if not vector_alus(k.ren) or k.reduceop is not None or k.upcast_size() != 1 or vector_transcendentals(k.ast, k.ren): return False
+  if not k.ren.vector_alus or k.reduceop is not None or k.upcast_size() != 1 or vector_transcendentals(k.ast, k.ren): return False
   stores, unit = stored(k), lambda ax, b: unit_stride(k.rngs[ax], b.src[1].get_idx())
   if not stores or not (axes:=[ax for ax in k.upcastable_dims if all(unit(ax, st) for st in stores)]): return False
   axis, amt = axes[-1], min(16, 32 // max(b.dtype.base.itemsize for b in k.bufs))
