@@ -4,6 +4,7 @@ import unittest
 import numpy as np
 from tinygrad import Tensor, TinyJit, GlobalCounters, vmap, dtypes
 from tinygrad.uop.ops import UOp, AxisType
+from tinygrad.helpers import Context
 from tinygrad.vmap import vmap_range, varg
 from vmap_oracle import VmapTestCase, rand, np_loop, kernels, np_softmax, set_items, realize_with_buffers, schedule_cache_size, jit_kernels, training, compiled_programs
 
@@ -244,6 +245,26 @@ class TestReuse(VmapTestCase):
       a = rand(7, 4)
       self.assert_close(jf(Tensor(a).realize(), W).numpy(), np.maximum(a@w, 0).sum(1))
     self.assertEqual(jit_kernels(jf), 1)
+
+  def test_tinyjit_replay_counts_its_kernels(self):
+    # JIT=2: no graph, which would count as one launch
+    jf = TinyJit(vmap(lambda a: (a*2).softmax() + a.max()))
+    with Context(JIT=2):
+      for _ in range(3): jf(Tensor(rand(6, 5)).realize())
+      x = Tensor(rand(6, 5)).realize()
+      GlobalCounters.reset()
+      out = jf(x)
+    self.assertEqual(GlobalCounters.kernel_count, jit_kernels(jf))
+    self.assert_close(out.numpy(), np_loop(lambda a: np_softmax(a*2) + a.max(), x.numpy()))
+
+  def test_tinyjit_replay_after_freeing_intermediates(self):
+    # a captured function's intermediate buffers can be freed between calls; the next replay allocates them again
+    jf = TinyJit(vmap(lambda a: (a*2).softmax() * a.max()))
+    for _ in range(3): jf(Tensor(rand(4, 7)).realize())
+    jf.captured.free_intermediates()
+    for _ in range(2):
+      x = rand(4, 7)
+      self.assert_close(jf(Tensor(x).realize()).numpy(), np_loop(lambda a: np_softmax(a*2) * a.max(), x))
 
   def test_tinyjit_chunked(self):
     # a chunk is an OUTER range: its kernels run once per chunk with another value of the range's variable, also when replayed
