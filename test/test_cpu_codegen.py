@@ -1,7 +1,7 @@
 """The CPU codegen patches the benchmarks led to (bench/analysis.md): the matmul register tile with float8 loads, taller with AVX-512
 (codegen/opt/heuristic_cpu.py, codegen/late/devectorizer.py), its broadcasts rendered as splats (renderer/cstyle.py), row and column reduces
 and elementwise stores as one 32-byte vector (heuristic_cpu.py), vector ALUs kept for clang (Renderer.vector_alus), an upcast stack's lanes
-as a shuffle (codegen/late/devectorizer.py), cos sharing sin's Payne-Hanek reduction (uop/decompositions.py) and that reduction
+as a shuffle (codegen/late/devectorizer.py), Payne-Hanek's shifts as shifts (uop/decompositions.py), sin and cos's shared reduction
 running under a branch (codegen/late/cold_branch.py), clang started before it is needed (runtime/support/compiler_cpu.py) and given
 a schedule's kernels in one file (engine/realize.py). Results are checked against numpy; the kernel structure (opts, float8,
 reductions) is asserted exactly, never timed."""

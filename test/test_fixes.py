@@ -5,7 +5,6 @@ import numpy as np
 from tinygrad import Tensor, dtypes
 from tinygrad.helpers import Context
 from tinygrad.uop.ops import UOp, Ops, KernelInfo
-from fork_topics import applied
 
 def rand(*shape, seed=0) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape)
 
@@ -102,8 +101,6 @@ class TestFixes(unittest.TestCase):
     np.testing.assert_allclose(Tensor(x).sin().numpy(), np.sin(x), atol=1e-5)
     np.testing.assert_allclose(Tensor(x).cos().numpy(), np.cos(x), atol=1e-5)
 
-  @unittest.skipUnless(applied("fix-cos-large-arguments") or applied("cpu-codegen"),
-                       "the 0.12 line fixes cos in its cpu-codegen topic, which the vmap series (SERIES=vmap) leaves out")
   def test_cos_of_large_arguments(self):
     # fix-cos-large-arguments: cos(x) was sin(pi/2-x), and pi/2-x rounds to x's precision: float32's cos was off by ~1e-3 near 1e4, cos(1e30)
     # by 1.4; now cos reduces x itself, one quadrant on
