@@ -856,7 +856,7 @@ def main():
     (BENCH/f"RESULTS-{LINE}.md").write_text("\n".join([
       f"# vmap benchmark on tinygrad {LINE} (`make bench UPSTREAM={LINE}`)", "",
       f"Generated on {data['date']}: {m.get('cpu', '?')}, one thread per row, as bench/RESULTS.md (the {fork.fork_config(ROOT)['default']} line). "
-      f"The fork's rows run on the {LINE} line's series (patches-{LINE}/: its vmap core, no CPU topics yet); a row it has no port of is "
+      f"The fork's rows run on the {LINE} line's full series (patches-{LINE}/series; docs/internals.md says which CPU topics are ported); a row it has no port of is "
       f"skipped, saying so (docs/internals.md, 'The {LINE} line').", "",
       render_table(rows, bw), ""] + ([render_scaling(scale_rows), ""] if scale_rows else []) +
       ([(BENCH/f"analysis-{LINE}.md").read_text().strip(), ""] if (BENCH/f"analysis-{LINE}.md").exists() else [])))
