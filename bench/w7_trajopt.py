@@ -270,14 +270,10 @@ def measure(impl:str, T:int, B:int, warmup:int=3, reps:int=9) -> dict:
   if impl == "tinygrad": row["kernels"] = iterate.solver.kernels_per_iteration()
   return row
 
-def have(mod:str) -> bool:
-  import importlib.util
-  return importlib.util.find_spec(mod) is not None
-
 def write(T:int, B:int) -> list[dict]:
   """each framework in a fresh process on one core with bench/run.py's environment; bench/results-w7.json, then RESULTS.md"""
   import json, subprocess
-  from run import THREAD_ENV
+  from run import THREAD_ENV, have
   rows = []
   env = {**os.environ, **THREAD_ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "bench")])}
   impls = [i for i in IMPLS if i == "tinygrad" or have(i)]
@@ -308,6 +304,7 @@ def main() -> int:
   parser.add_argument("--no-check", action="store_true", help="the timing only")
   parser.add_argument("--row", action="store_true", help=argparse.SUPPRESS)
   args = parser.parse_args()
+  from run import have
   impls = [args.only] if args.only else [i for i in IMPLS if i == "tinygrad" or have(i)]
   if missing := [i for i in IMPLS if i not in impls and not args.only]: print(f"skipping {', '.join(missing)}: not installed")
   if args.write: write(args.T, args.B)
