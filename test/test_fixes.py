@@ -2,7 +2,7 @@
 The vmap cases the fuzzer found them by are in test/test_vmap_fuzz.py (TestFuzzRegressions); docs/internals.md maps topics to tests."""
 import unittest
 import numpy as np
-from tinygrad import Tensor, dtypes
+from tinygrad import Tensor, Device, dtypes
 from tinygrad.helpers import Context
 from tinygrad.uop.ops import UOp, Ops, KernelInfo
 
@@ -116,6 +116,14 @@ class TestFixes(unittest.TestCase):
     x = rand(1, 1, 3, 1)
     got = Tensor(x).realize().permute(1, 0, 2, 3).contiguous().permute(0, 2, 1, 3).realize()
     np.testing.assert_equal(got.numpy(), x.transpose(1, 0, 2, 3).transpose(0, 2, 1, 3))
+
+  @unittest.skipUnless(hasattr(Device["CPU"], "worker"), "0.12's CPU device has no ring-buffer workers (0.14's run hcq2 command buffers)")
+  def test_new_cpu_worker_counters_start_at_zero(self):
+    # fix-cpu-worker-counters: a CPU worker's put/done counters came from the allocator's LRU cache, holding what a freed 8-byte tensor
+    # held; the first command buffer submitted then waited for ring room forever (or the worker ran garbage commands and crashed)
+    Tensor([3.0, 4.0]).contiguous().realize()   # dropped at once: its 8 bytes, nonzero, go back to the LRU cache
+    worker = Device["CPU"].worker("TEST:0")      # a queue nothing else uses: a new worker
+    self.assertEqual([getattr(worker, n)._buf.cpu_view().view(fmt='Q')[0] for n in ("put", "done", "sys")], [0, 0, 0])
 
   def test_tensor_index_of_computed_eye(self):
     # fix-cmpne-add-lift-loop: indexing a computed eye (jacfwd's basis) with a Tensor looped forever in the load collapse's rewrite
