@@ -1,6 +1,6 @@
 """TinyJit on the CPU replays a capture of many kernels as one graph: on 0.12 its GraphRunner batches the kernels, on 0.14 (whose CPU
-device has no graph) with JIT_CPU_GRAPH=64 a capture of 64 kernels or more becomes one command buffer (hcq2's, the cpu-graph topic; off
-by default there, docs/internals.md says why). Either way
+device has no graph) with JIT_CPU_GRAPH=64 a capture of 64 kernels or more becomes one command buffer (hcq2's, the cpu-graph topic; on by
+default, JIT_CPU_GRAPH=0 turns it off). Either way
 each replay runs every kernel, on this call's inputs. A replay counts each kernel on 0.14, each graph launch on 0.12. Compared with
 numpy on random data every call."""
 import unittest
@@ -59,8 +59,14 @@ class TestCPUGraph(unittest.TestCase):
     if COMMAND_BUFFERS: self.assertFalse(is_command_buffer(jf))
 
   @unittest.skipUnless(COMMAND_BUFFERS, "JIT_CPU_GRAPH is the 0.14 line's cpu-graph topic (0.12's TinyJit graphs with its GraphRunner)")
-  def test_off_by_default(self):
+  def test_on_by_default(self):
     jf, counts = self.replays(K)
+    self.check_counts(jf, counts, K)
+    self.assertTrue(is_command_buffer(jf))
+
+  @unittest.skipUnless(COMMAND_BUFFERS, "JIT_CPU_GRAPH is the 0.14 line's cpu-graph topic (0.12's TinyJit graphs with its GraphRunner)")
+  def test_zero_turns_it_off(self):
+    with cpu_graph(0): jf, counts = self.replays(K)
     self.check_counts(jf, counts, K)
     self.assertFalse(is_command_buffer(jf))
 
