@@ -117,7 +117,7 @@ class TestFixes(unittest.TestCase):
     got = Tensor(x).realize().permute(1, 0, 2, 3).contiguous().permute(0, 2, 1, 3).realize()
     np.testing.assert_equal(got.numpy(), x.transpose(1, 0, 2, 3).transpose(0, 2, 1, 3))
 
-  @unittest.skipUnless(hasattr(Device["CPU"], "worker"), "0.12's CPU device has no ring-buffer workers (0.14's run hcq2 command buffers)")
+  @unittest.skipUnless(hasattr(Device["CPU"], "workers"), "0.12's CPU device has one Python worker thread, not 0.14's ring-buffer workers")
   def test_new_cpu_worker_counters_start_at_zero(self):
     # fix-cpu-worker-counters: a CPU worker's put/done counters came from the allocator's LRU cache, holding what a freed 8-byte tensor
     # held; the first command buffer submitted then waited for ring room forever (or the worker ran garbage commands and crashed)
