@@ -1,6 +1,6 @@
 """`vmap(fn, in_axes, out_axes, axis_size, chunk_size, randomness)`: JAX's semantics on the native VMAPIN/VMAPOUT scopes.
 Every result is compared with a numpy loop over examples on random float64 data."""
-import unittest
+import unittest, unittest.mock
 import numpy as np
 from tinygrad import Tensor, TinyJit, GlobalCounters, vmap, dtypes
 from tinygrad.uop.ops import UOp, AxisType
@@ -727,6 +727,20 @@ class TestSetitem(VmapTestCase):
         t = Tensor(x).contiguous().realize()
         t[idx] = -1.0
         self.assert_close(t.numpy(), set_items(x, idx, -1.0))
+
+@unittest.skipIf(hasattr(AxisType, "OUTER"), "0.14's batch_scope, per output: 0.12 lowers a scope in rangeify, for all its outputs at once")
+class TestOutputsShareBatching(VmapTestCase):
+  def test_shared_nodes_batched_once(self):
+    import tinygrad.batching as batching
+    def f(x):
+      h = (x * 2).exp() + x
+      return h.sum(), h.max(), h * 3
+    x, rules, batched = rand(8, 5), batching.pm_batch.rewrite, []
+    with unittest.mock.patch.object(batching.pm_batch, "rewrite", side_effect=lambda u, ctx: batched.append(u) or rules(u, ctx)):
+      got = vmap(f)(Tensor(x))
+    self.assertEqual(len(batched), len(set(batched)))
+    h = np.exp(x * 2) + x
+    for g, want in zip(got, (h.sum(1), h.max(1), h * 3)): self.assert_close(g.numpy(), want)
 
 class TestErrors(unittest.TestCase):
   def raises(self, exc, msg, fn, *args, **kw):

@@ -265,10 +265,17 @@ def _batch_of_output(scope:_Scope, y, axis:int|None, path:str):
     raise ValueError(f"vmap out_axes {axis} for {path} is out of range: the batched output has {y.ndim+1} axes (shape {(scope.batch,)+y.shape})")
   return scope.exit(y, axis % (y.ndim+1))
 
+def _outputs_share_batching():
+  """0.14's vmapout rebuilds its scope's graph over the batch (tinygrad/batching.py): fn's outputs share what they rebuilt. 0.12 lowers a
+  scope in rangeify, for all its outputs at once"""
+  if hasattr(AxisType, "OUTER"): return contextlib.nullcontext()
+  from tinygrad.batching import shared_batching
+  return shared_batching()
+
 def _flat_vmap(fn:Callable, inputs:_BatchedInputs, out_axes, scope:_Scope):
   """fn over the examples of `scope` at once: the inputs enter the scope, fn runs in it, and its outputs leave it at out_axes"""
   out = _call_on_examples(fn, inputs, scope)
-  ret = tree_map(functools.partial(_batch_of_output, scope), out, out_axes, "output", "vmap out_axes")
+  with _outputs_share_batching(): ret = tree_map(functools.partial(_batch_of_output, scope), out, out_axes, "output", "vmap out_axes")
   del out   # fn's own output Tensors: the batch is ret, those are one example
   if scope.took: _refuse_escaped(scope)
   return ret
