@@ -67,6 +67,20 @@ class TestElementwise(JvpTestCase):
   # tinygrad's erf is a polynomial approximation (~1e-6), so only its finite differences know its exact derivative
   def test_erf(self): self.check(lambda x: x.erf(), rand(6)*0.5)
 
+class TestBroadcast(JvpTestCase):
+  """elementwise ops of srcs of different shapes (0.14's ALU ops broadcast them themselves, 0.12's Tensor expands them first): the
+  tangent has the output's shape also where only the smaller src moves"""
+  def test_constant_minus_broadcast_input(self):
+    b = rand(4, 4, 3)
+    self.check(lambda x: T(b) - x, rand(1, 3), df=lambda x, t: np.broadcast_to(-t, (4, 4, 3)))
+  def test_lower_rank_input_plus_constant(self):
+    b = rand(2, 5)
+    self.check(lambda x: x + T(b), rand(5), df=lambda x, t: np.broadcast_to(t, (2, 5)))
+  def test_both_inputs_broadcast(self): self.check(lambda x, y: x * y + x, rand(4, 1), rand(3), df=lambda x, y, tx, ty: tx*y + x*ty + tx)
+  def test_where_of_broadcast_branch(self):
+    c = rand(3, 4) > 0
+    self.check(lambda x: Tensor(c).where(x, 0.0), rand(4), df=lambda x, t: np.where(c, t, 0.0))
+
 class TestWhereCast(JvpTestCase):
   def test_where(self):
     self.check(lambda x, y: (x > y).where(x*y, y.exp()), rand(8), rand(8), df=lambda x, y, tx, ty: np.where(x > y, tx*y + x*ty, np.exp(y)*ty))

@@ -112,7 +112,9 @@ def tangent_of(u:UOp, src_tangents:tuple[UOp|None, ...]) -> UOp|None:
   """the tangent of u from those of its srcs (None: zero), by u's rule in primitive_jvps"""
   if (rule:=primitive_jvps.get(u.op)) is None:
     raise NotImplementedError(f"no tangent rule for {u.op}: it depends on an input with a nonzero tangent\n\nin {str(u)[:1000]}...")
-  return rule(src_tangents, u)
+  # 0.14's elementwise ops broadcast their srcs (aligned on the right): a tangent of only a smaller src is broadcast to the op's shape
+  if (t:=rule(src_tangents, u)) is not None and u.op in GroupOp.Elementwise and t.shape != u.shape: return t.expand(u.shape)
+  return t
 
 def jvp_uops(outputs:list[UOp], inputs:list[UOp], tangents:list[UOp|None]) -> list[UOp]:
   """
