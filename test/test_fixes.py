@@ -20,9 +20,10 @@ class TestFixes(unittest.TestCase):
     np.testing.assert_allclose(got, (mn * Pn(t)).sum(1) / mn.sum(1), rtol=1e-6)
 
   def test_merge_adjacent_counts_once(self):
-    # fix-merge-adjacent-double-count: the sum of a stack of x with itself was 4*x.sum()
+    # fix-merge-adjacent-double-count: the sum of a stack (0.12) or a cat (0.14) of x with itself was 4*x.sum()
     x = rand(3, 4)
     np.testing.assert_allclose(Tensor(x).stack(Tensor(x), dim=-2).sum().numpy(), 2 * x.sum())
+    np.testing.assert_allclose(Tensor(x).cat(Tensor(x)).sum().numpy(), 2 * x.sum())
 
   def test_cast_folding(self):
     # fix-cast-folding: an inf cast to an int is left to run (it raised while folding), a float constant cast to half is rounded, and a
