@@ -38,6 +38,13 @@ class TestShardedBatch(VmapTestCase):
                                         nfn=lambda x: np.flip(np.pad(x.reshape(2, 3).T, ((1, 0), (0, 1))), 0)[1:], shape=(6,))
   def test_stack(self): self.sharded(lambda x: Tensor.stack(x, x*2), nfn=lambda x: np.stack([x, x*2]))
   def test_fancy_index(self): self.sharded(lambda x: x[[3, 0, 2]])
+  def test_stack_with_closed_over(self):
+    # a per-example value (on the batch's devices, sharded) stacked with a closed-over one (replicated there): 0.14's STACK and cat need
+    # their srcs sharded alike
+    c = rand(4)
+    self.sharded(lambda x, w: Tensor.stack(x * 2, w), nfn=lambda x, w: np.stack([x * 2, w]), weight=c)
+  def test_stack_with_closed_over_scalar(self):
+    self.sharded(lambda x, w: Tensor.stack(w.sum(), x.max(), x.sum()) * 3, nfn=lambda x, w: np.stack([w.sum(), x.max(), x.sum()]) * 3, weight=rand(3))
   def test_setitem_on_clone(self):
     # the items set and the mask are on the batch's devices: they were made on the default device and copied there
     for idx in [(1,), (slice(0, 2),), ([3, 0],)]:
