@@ -43,6 +43,8 @@ class TestShardedBatch(VmapTestCase):
     # their srcs sharded alike
     c = rand(4)
     self.sharded(lambda x, w: Tensor.stack(x * 2, w), nfn=lambda x, w: np.stack([x * 2, w]), weight=c)
+  def test_stack_with_closed_over_0d(self):
+    self.sharded(lambda x, w: Tensor.stack(w, x.sum()) * 2, nfn=lambda x, w: np.stack([w, x.sum()]) * 2, weight=rand())
   def test_stack_with_closed_over_scalar(self):
     self.sharded(lambda x, w: Tensor.stack(w.sum(), x.max(), x.sum()) * 3, nfn=lambda x, w: np.stack([w.sum(), x.max(), x.sum()]) * 3, weight=rand(3))
   def test_setitem_on_clone(self):
