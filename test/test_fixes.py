@@ -25,6 +25,14 @@ class TestFixes(unittest.TestCase):
     np.testing.assert_allclose(Tensor(x).stack(Tensor(x), dim=-2).sum().numpy(), 2 * x.sum())
     np.testing.assert_allclose(Tensor(x).cat(Tensor(x)).sum().numpy(), 2 * x.sum())
 
+  def test_accumulator_of_a_zero_keeps_its_init(self):
+    # fix-accumulator-init (0.14): a sum of mask * (t - t) over ties, after a stack and a pad, read an uninitialized accumulator: nan
+    x, t, P = rand(3, 1), rand(3, 1), ((0, 1), (0, 1), (1, 2))
+    v, tv = Tensor(x).stack(Tensor(x), dim=2).pad(P), Tensor(t).stack(Tensor(t), dim=2).pad(P)
+    u, tu = v - v, tv - tv
+    m = (u == u.max(1).unsqueeze(1)).cast(dtypes.float64)
+    np.testing.assert_array_equal(((m * tu).sum(1) / m.sum(1)).numpy(), np.zeros((4, 5)))
+
   def test_cast_folding(self):
     # fix-cast-folding: an inf cast to an int is left to run (it raised while folding), a float constant cast to half is rounded, and a
     # cast of an index that is never valid folds to 0
