@@ -8,7 +8,8 @@ torch.func.vmap, every output checked against the numpy oracle (float64).
   python bench/run.py --source W1  # the kernel source (what DEBUG=4 prints) of vmap and hand-batched tinygrad for W1, side by side
   python bench/run.py --source W1 --xla   # the HLO XLA runs for the JAX row, after fusion
   python bench/run.py --only W1,W3 --impls vmap_jit,hand_jit,jax --no-scaling   # a subset, printed, no files written
-  python bench/run.py --render     # RESULTS.md and the plot again from results.json (after editing bench/analysis.md)
+  python bench/run.py --render     # RESULTS.md and the plot again from results.json (after editing bench/analysis.md); with
+                                   # UPSTREAM=0.14.0, RESULTS-0.14.0.md from results-0.14.0.json and analysis-0.14.0.md
 
 Every (workload, implementation) row runs in a worker subprocess whose environment pins every framework to one thread before anything
 is imported (THREAD_ENV). In the full run each row has a fresh process, so its first call is a cold first call: graph building,
@@ -700,6 +701,17 @@ def fmt(x, nd=2):
   if x >= 10: return f"{x:.1f}"
   return f"{x:.{nd}f}"
 
+def write_line_results(data:dict, rows:list, scale_rows:list, bw) -> None:
+  """RESULTS-LINE.md of another upstream line (beside the default line's RESULTS.md): its table, then bench/analysis-LINE.md"""
+  m = data["machine"]
+  (BENCH/f"RESULTS-{LINE}.md").write_text("\n".join([
+    f"# vmap benchmark on tinygrad {LINE} (`make bench UPSTREAM={LINE}`)", "",
+    f"Generated on {data['date']}: {m.get('cpu', '?')}, one thread per row, as bench/RESULTS.md (the {fork.fork_config(ROOT)['default']} line). "
+    f"The fork's rows run on the {LINE} line's full series (patches-{LINE}/series; docs/internals.md says which CPU topics are ported); a row it has no port of is "
+    f"skipped, saying so (docs/internals.md, 'The {LINE} line').", "",
+    render_table(rows, bw), ""] + ([render_scaling(scale_rows), ""] if scale_rows else []) +
+    ([(BENCH/f"analysis-{LINE}.md").read_text().strip(), ""] if (BENCH/f"analysis-{LINE}.md").exists() else [])))
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--quick", action="store_true", default=bool(int(os.environ.get("QUICK", "0") or 0)))
@@ -726,6 +738,10 @@ def main():
     after = BENCH/"results-gpu-after.json"
     write_gpu_results(json.loads((BENCH/"results-gpu.json").read_text()), json.loads(after.read_text()) if after.exists() else None)
     return print(f"wrote {BENCH/'RESULTS-gpu.md'}")
+  if a.render and not DEFAULT_LINE:
+    d = json.loads((BENCH/f"results-{LINE}.json").read_text())
+    write_line_results(d, d["rows"], d["scaling"], d["copy_gbps"])
+    return print(f"wrote {BENCH/f'RESULTS-{LINE}.md'} from {BENCH/f'results-{LINE}.json'}")
   if a.render:
     d = json.loads((BENCH/"results.json").read_text())
     write_results(d); plot(d["scaling"])
@@ -852,14 +868,7 @@ def main():
     data = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "line": LINE, "machine": machine(), "versions": versions(),
             "thread_env": THREAD_ENV, "copy_gbps": bw, "rows": rows, "scaling": scale_rows, "errors": errors, "wrong": wrong}
     (BENCH/f"results-{LINE}.json").write_text(json.dumps(data, indent=1))
-    m = data["machine"]
-    (BENCH/f"RESULTS-{LINE}.md").write_text("\n".join([
-      f"# vmap benchmark on tinygrad {LINE} (`make bench UPSTREAM={LINE}`)", "",
-      f"Generated on {data['date']}: {m.get('cpu', '?')}, one thread per row, as bench/RESULTS.md (the {fork.fork_config(ROOT)['default']} line). "
-      f"The fork's rows run on the {LINE} line's full series (patches-{LINE}/series; docs/internals.md says which CPU topics are ported); a row it has no port of is "
-      f"skipped, saying so (docs/internals.md, 'The {LINE} line').", "",
-      render_table(rows, bw), ""] + ([render_scaling(scale_rows), ""] if scale_rows else []) +
-      ([(BENCH/f"analysis-{LINE}.md").read_text().strip(), ""] if (BENCH/f"analysis-{LINE}.md").exists() else [])))
+    write_line_results(data, rows, scale_rows, bw)
     print(f"wrote {BENCH/f'RESULTS-{LINE}.md'}, {BENCH/f'results-{LINE}.json'}")
   elif write:
     data = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(), "versions": versions(),
