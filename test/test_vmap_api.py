@@ -411,6 +411,22 @@ class TestChunks(VmapTestCase):
     self.assertEqual(self.intermediate_bytes(4), 4*16*16*8)
     self.assertEqual(self.intermediate_bytes(1), 16*16*8)
 
+  def test_chunk_whose_kernel_drops_an_input(self):
+    # fix-variable-param-slots (0.14): a kernel of a chunk (its start a bound Variable) whose read of one input folds away in codegen (a
+    # cat padded and shrunk back) gave the Variable that input's parameter slot, and segfaulted
+    def f(a, b):
+      v = b.cat(a)
+      return set_items(v, (-2,), v.log_softmax(0).sum()).pad(((1, 1),)).shrink(((1, 4),))
+    def nf(a, b):
+      v = np.concatenate([b, a])
+      ls = v - v.max() - np.log(np.exp(v - v.max()).sum())
+      return np.pad(set_items(v, (-2,), ls.sum()), (1, 1))[1:4]
+    a, b = rand(4, 1), rand(1, 4)
+    for chunk in (1, 2):
+      with self.subTest(chunk_size=chunk):
+        got = vmap(f, in_axes=(-2, -1), chunk_size=chunk)(Tensor(a), Tensor(b)).numpy()
+        self.assert_close(got, np.stack([nf(a[i], b[:, i]) for i in range(4)]))
+
 class TestRandomness(VmapTestCase):
   N = 2000
   def draws(self, rand_fn, randomness, n=N, shape=(3,)):
