@@ -1,6 +1,6 @@
 """The first-call topic on the 0.14 line: what a process's first CPU kernels no longer pay for. The CPU device builds its worker's own
 programs (their codegen and clang, ~0.25-0.45 s a process) when a worker or a command buffer first needs them, never for kernels launched
-from Python; and a compile of several kernels with PARALLEL=1 (NUM_CPU_THREADS=1, or as many xdist workers as cores) runs in this
+from Python, and imports its NIR renderer only when it is asked for; and a compile of several kernels with PARALLEL=1 (NUM_CPU_THREADS=1, or as many xdist workers as cores) runs in this
 process instead of in a pool of one worker process, which imports tinygrad before it compiles anything. Results against numpy. The 0.12
 line's first-call tests: test_first_call.py, test_cpu_codegen.py."""
 from fork_topics import skip_module_unless
@@ -14,10 +14,10 @@ if not hasattr(Tensor, "schedule_linear"): raise unittest.SkipTest("the 0.14 lin
 
 ROOT = Path(__file__).resolve().parent.parent
 
-def run_fresh(code:str) -> str:
-  """code's output, run in a new process on the CPU device (this one's CPU device may have built its programs for an earlier test)"""
+def run_fresh(code:str, last:int=1) -> str:
+  """the last words of code's output, run in a new process on the CPU device (this one's may have built its programs for an earlier test)"""
   env = {**os.environ, "DEV": "CPU", "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT/'test'}"}
-  return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()[-1]
+  return " ".join(subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()[-last:])
 
 AGAINST_NUMPY = """
 import numpy as np
@@ -33,6 +33,14 @@ class TestCPUWorkerProgramsLazy(unittest.TestCase):
 np.testing.assert_allclose(((Tensor(x) * Tensor(w)).relu() + 1).numpy(), np.maximum(x * w, 0) + 1, rtol=1e-6)
 print("prgs" in Device["CPU"].__dict__)"""
     self.assertEqual(run_fresh(code), "False")
+
+  def test_kernels_from_python_import_no_nir_renderer(self):
+    # the CPU device's LVP renderer (mesa's NIR) is imported when DEV=CPU:LVP asks for it: its import cost ~70 ms of every first call
+    code = AGAINST_NUMPY + """
+import sys
+np.testing.assert_allclose((Tensor(x) - Tensor(w)).exp().numpy(), np.exp(x - w), rtol=1e-6)
+print("tinygrad.renderer.nir" in sys.modules, "LVP" in [Device["CPU"]._renderer_name(r) for r in Device["CPU"].renderers])"""
+    self.assertEqual(run_fresh(code, last=2), "False True")
 
   def test_a_command_buffer_builds_them(self):
     # a TinyJit capture of JIT_CPU_GRAPH kernels or more replays as one command buffer, which the CPU worker runs
