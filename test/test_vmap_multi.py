@@ -220,6 +220,15 @@ class TestShardedErrors(VmapTestCase):
     a, b = Tensor(rand(4, 2)).shard(devices(2), axis=0), Tensor(rand(4, 2)).shard(("CPU:2", "CPU:3"), axis=0)
     with self.assertRaisesRegex(RuntimeError, "sharded on different devices"): vmap(lambda a, b: a*b)(a, b)
 
+  def test_stack_of_inputs_sharded_on_different_axes(self):
+    # a stack of a value of each (one sharded on the batch, one on its other axis): 0.14 summed the wrong shards before batching.py's STACK
+    # rule padded such srcs into their slots
+    x, y = Tensor(a:=rand(4, 2)).shard(devices(2), axis=0), Tensor(b:=rand(4, 2)).shard(devices(2), axis=1)
+    f = vmap(lambda p, q: Tensor.stack(p.sum(), q.sum()))
+    if SCOPES_IN_SCHEDULER:
+      with self.assertRaisesRegex(NotImplementedError, "a reduce over a sharded axis inside a vmap scope"): f(x, y).realize()
+    else: self.assert_close(f(x, y).numpy(), np.stack([a.sum(1), b.sum(1)], 1))
+
   def test_result_sharded_on_two_axes(self):
     x, y = Tensor(a:=rand(4, 2)).shard(devices(2), axis=0), Tensor(b:=rand(4, 2)).shard(devices(2), axis=1)
     if SCOPES_IN_SCHEDULER:

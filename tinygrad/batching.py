@@ -48,11 +48,16 @@ def _batch_of_batch_axes(ctx:BatchCtx, ret:UOp, n:int) -> UOp:
   """a value that put n new axes in front of the per-example shape (EXPAND, STACK): those n axes moved behind the batch axes"""
   return ret.permute(tuple(range(n, n+ctx.k)) + tuple(range(n)) + tuple(range(n+ctx.k, len(ret.shape))))
 
+def _sharded_axis(x:UOp) -> int|str|None:
+  """the axis x is sharded on, None for a replicated value, "several" for one sharded on more than one"""
+  try: return x.axis
+  except RuntimeError: return "several"
+
 def _stack(dtype, srcs:tuple[UOp, ...]) -> UOp:
   """STACK of srcs (the stacked axis in front). 0.14's multi-device STACK (and cat) needs its srcs sharded alike: a per-example value of a
   batch sharded on several devices stacked with a closed-over value, which is replicated, is each src padded into its slot and summed (an
   ADD broadcasts a replicated src against a sharded one)"""
-  if not any(isinstance(x.device, tuple) for x in srcs) or len({x.axis for x in srcs}) == 1: return UOp(Ops.STACK, dtype, srcs)
+  if not any(isinstance(x.device, tuple) for x in srcs) or len({_sharded_axis(x) for x in srcs}) == 1: return UOp(Ops.STACK, dtype, srcs)
   slots = [x.reshape((1,) + x.shape).pad(((i, len(srcs)-1-i),) + ((0, 0),)*len(x.shape)) for i,x in enumerate(srcs)]
   return functools.reduce(operator.or_ if dtype == dtypes.bool else operator.add, slots)
 
