@@ -167,12 +167,13 @@ def kernel_source(t:Tensor) -> str:
   return get_program(last_kernel(t), ren).src
 
 def clang_assembly(src:str) -> str:
-  """src built the way the CPU device's clang builds a kernel, as assembly"""
-  import subprocess
+  """src built with the CPU device's own clang command, as assembly (-S for -c)"""
+  import subprocess, unittest.mock
   comp = Device["CPU"].compiler
   if hasattr(comp, "_cmd"): cmd = comp._cmd()   # 0.12: ClangJITCompiler's whole command
-  else: cmd = ["clang", "-c", "-x", "c", "-O2", "-ffreestanding", "-fno-math-errno", "-nostdlib", f"--target={comp.arch}-none-unknown-elf",
-               *comp.args, "-", "-o", "-"]
+  else:   # 0.14: the command ClangCompiler.compile runs
+    with unittest.mock.patch("subprocess.check_output", return_value=b"") as run: comp.compile(src)
+    cmd = run.call_args.args[0]
   return subprocess.check_output(["-S" if a == "-c" else a for a in cmd], input=src.encode()).decode()
 
 @unittest.skipUnless(Device.DEFAULT == "CPU" and platform.machine() in ("x86_64", "AMD64"), "x86's gather instructions")
