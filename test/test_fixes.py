@@ -5,6 +5,7 @@ import numpy as np
 from tinygrad import Tensor, Device, dtypes
 from tinygrad.helpers import Context
 from tinygrad.uop.ops import UOp, Ops, KernelInfo
+from vmap_oracle import cpu_devices_missing
 
 def rand(*shape, seed=0) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape)
 
@@ -32,6 +33,19 @@ class TestFixes(unittest.TestCase):
     u, tu = v - v, tv - tv
     m = (u == u.max(1).unsqueeze(1)).cast(dtypes.float64)
     np.testing.assert_array_equal(((m * tu).sum(1) / m.sum(1)).numpy(), np.zeros((4, 5)))
+
+  def test_stack_of_replicated_and_sharded(self):
+    # fix-stack-multi-replicated (0.14): a STACK passed a replicated src (no UNSHARD) whole into every shard's stack beside the sharded
+    # srcs' shards: wrong numbers with the sharded src first, an assert with the replicated one first. Also a replicated src made by a sum
+    # over a sharded axis (an allreduce) beside one sharded on the other axis.
+    if (why:=cpu_devices_missing()) is not None: self.skipTest(why)
+    devs, a, b = ("CPU:0", "CPU:1"), rand(4, 6), rand(4, 6, seed=1)
+    for axis in (0, 1):
+      for dim in (0, 1, 2):
+        want = np.stack([a, b], dim)
+        np.testing.assert_allclose(Tensor.stack(Tensor(a).shard(devs, axis), Tensor(b).to(devs), dim=dim).numpy(), want)
+        np.testing.assert_allclose(Tensor.stack(Tensor(a).to(devs), Tensor(b).shard(devs, axis), dim=dim).numpy(), want)
+    np.testing.assert_allclose(Tensor.stack(Tensor(a).shard(devs, 0).sum(1), Tensor(b).shard(devs, 1).sum(1)).numpy(), np.stack([a.sum(1), b.sum(1)]))
 
   def test_cast_folding(self):
     # fix-cast-folding: an inf cast to an int is left to run (it raised while folding), a float constant cast to half is rounded, and a

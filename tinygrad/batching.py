@@ -9,7 +9,7 @@ hand-batched's. Nested scopes lower inside out: an inner VMAPOUT rebuilds its sc
 VMAPOUT. Why this design and not a range that crosses CALLs: docs/internals.md, "The vmap core on 0.14".
 """
 from __future__ import annotations
-import contextlib, functools, operator
+import contextlib
 from dataclasses import dataclass
 from tinygrad.uop import Ops, GroupOp
 from tinygrad.uop.ops import UOp, PatternMatcher, UPat, sint, ssimplify, graph_rewrite, rewrite_group, TRACK_MATCH_STATS
@@ -48,19 +48,6 @@ def _batch_of_batch_axes(ctx:BatchCtx, ret:UOp, n:int) -> UOp:
   """a value that put n new axes in front of the per-example shape (EXPAND, STACK): those n axes moved behind the batch axes"""
   return ret.permute(tuple(range(n, n+ctx.k)) + tuple(range(n)) + tuple(range(n+ctx.k, len(ret.shape))))
 
-def _sharded_axis(x:UOp) -> int|str|None:
-  """the axis x is sharded on, None for a replicated value, "several" for one sharded on more than one"""
-  try: return x.axis
-  except RuntimeError: return "several"
-
-def _stack(dtype, srcs:tuple[UOp, ...]) -> UOp:
-  """STACK of srcs (the stacked axis in front). 0.14's multi-device STACK (and cat) needs its srcs sharded alike: a per-example value of a
-  batch sharded on several devices stacked with a closed-over value, which is replicated, is each src padded into its slot and summed (an
-  ADD broadcasts a replicated src against a sharded one)"""
-  if not any(isinstance(x.device, tuple) for x in srcs) or len({_sharded_axis(x) for x in srcs}) == 1: return UOp(Ops.STACK, dtype, srcs)
-  slots = [x.reshape((1,) + x.shape).pad(((i, len(srcs)-1-i),) + ((0, 0),)*len(x.shape)) for i,x in enumerate(srcs)]
-  return functools.reduce(operator.or_ if dtype == dtypes.bool else operator.add, slots)
-
 def _not_batchable(ret:UOp, why:str): raise NotImplementedError(f"vmap: {ret.op} inside a vmapped function {why}")
 
 # the batching rules, one per op (JAX's primitive_batchers): rule(ctx, ret) is ret over the batch, with ctx.dims's axes in front
@@ -75,7 +62,7 @@ pm_batch = PatternMatcher([
   (UPat((Ops.PAD, Ops.SHRINK), name="ret"), lambda ctx, ret: ctx.src[0]._mop(ret.op, tuple((0, s) for s in ctx.sizes) + tuple(ret.marg))),
   # EXPAND puts its new axes in front of the shape, and STACK its stacked axis: behind the batch axes here
   (UPat(Ops.EXPAND, name="ret"), lambda ctx, ret: _batch_of_batch_axes(ctx, ctx.src[0]._mop(Ops.EXPAND, ret.marg), len(ret.marg))),
-  (UPat(Ops.STACK, name="ret"), lambda ctx, ret: _batch_of_batch_axes(ctx, _stack(ret.dtype, tuple(ctx.full(i) for i in range(len(ret.src)))), 1)),
+  (UPat(Ops.STACK, name="ret"), lambda ctx, ret: _batch_of_batch_axes(ctx, UOp(Ops.STACK, ret.dtype, tuple(ctx.full(i) for i in range(len(ret.src)))), 1)),
   # REDUCE reduces the leading arg[1] axes: those go in front of the batch axes
   (UPat(Ops.REDUCE, name="ret"), lambda ctx, ret: UOp(Ops.REDUCE, ret.dtype, (_reduced_in_front(ctx, ret.arg[1]),), ret.arg)),
   # a write of a per-example value into a buffer with no data of its own (clone: AFTER(empty, STORE(empty, value))) is the value: each
