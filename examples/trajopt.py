@@ -25,7 +25,7 @@ tinygrad has no scan: a recursion over time is kernels per knot (`KnotStep`: one
 replayed at every knot), so an iteration is 6 T + a constant kernels, whatever B (on tinygrad 0.12; 32 T + a constant on 0.14,
 whose scheduler gives the Riccati step's shared scalars kernels of their own); TinyJit replays them as one graph.
 """
-import argparse, sys, time
+import argparse, itertools, math, sys, time
 from pathlib import Path
 from typing import Callable
 import numpy as np
@@ -118,6 +118,18 @@ class KnotStep:
       if realize.capturing: realize.capturing[0].add_linear(self.schedule, var_vals)
       else: realize.run_linear(self.schedule, var_vals)
 
+class PackedBuffer:
+  """arrays of the given per-row shapes side by side on the last axis of one buffer (the leading axes are the buffer's own)"""
+  def __init__(self, buf:Tensor, shapes:tuple[tuple[int, ...], ...]):
+    self.buf, self.shapes = buf, shapes
+    self.offsets = list(itertools.accumulate((math.prod(s) for s in shapes), initial=0))
+  def _slots(self, *index): return [self.buf[(*index, Ellipsis, slice(o, e))] for o, e in zip(self.offsets, self.offsets[1:])]
+  def views(self, *index) -> list[Tensor]:
+    """each array at the leading index (`:` for the problems first, then `index`), in its own shape"""
+    return [v.reshape(*v.shape[:-1], *s) for v, s in zip(self._slots(slice(None), *index), self.shapes)]
+  def assign(self, *values:Tensor) -> list[Tensor]:
+    return [slot.assign(v.reshape(slot.shape)) for slot, v in zip(self._slots(), values)]
+
 class Solver:
   """iLQR over a batch of problems that differ in their start pose; `iterate` is one iteration, replayed by TinyJit"""
   def __init__(self, starts:np.ndarray, T:int, dtype:DType=dtypes.float32):
@@ -146,17 +158,20 @@ class Solver:
     self.mu = Tensor.full((self.B,), MU0, dtype=dtype).contiguous().realize()
     self.cost = self.trajectory_cost(self.X, self.U).contiguous().realize()
     # per knot: the derivatives (A, B, g, H), the value function and policy (Vx, Vxx, K, k), the candidates' states
-    self.derivs = [buffer(self.B, T, *shape) for shape in ((4, 4), (4, 2), (6,), (6, 6))]
+    # A, B, g and H side by side in one buffer, and Vx and Vxx in one: a Riccati step then reads three buffers (with mu). tinygrad 0.14
+    # keeps a shared value that reads more than three buffers as a buffer of its own, a kernel per knot for each scalar entry the step's
+    # outputs share (the inverse of Quu and its products: 27 kernels a knot, against 4)
+    self.derivs = PackedBuffer(buffer(self.B, T, 66), ((4, 4), (4, 2), (6,), (6, 6)))
     self.K, self.k = buffer(self.B, T, 2, 4), buffer(self.B, T, 2)
     # the value function (Vx, Vxx) of the knot after and the knot before, two buffers taking turns: a step that wrote into the buffer it
     # reads would make tinygrad compute into a copy first (it can't tell row k from row k + 1 apart), a second kernel per output
-    self.V = [(buffer(self.B, 4), buffer(self.B, 4, 4)) for _ in range(2)]
+    self.V = [PackedBuffer(buffer(self.B, 20), ((4,), (4, 4))) for _ in range(2)]
     self.candidates = buffer(self.B, len(ALPHAS), T + 1, 4)
     self.candidates[:, :, 0].assign(self.X[:, None, 0].expand(self.B, len(ALPHAS), 4)).realize()
     # the recursions over time: one knot's step, written in place into row k of the buffers, replayed at every knot
     def backward(k:UOp, read:int) -> list[Tensor]:
-      Vx, Vxx, K, k_ = riccati_steps(*self.V[read], *(d[:, k] for d in self.derivs), self.mu)
-      return [self.V[1 - read][0].assign(Vx), self.V[1 - read][1].assign(Vxx), self.K[:, k].assign(K), self.k[:, k].assign(k_)]
+      Vx, Vxx, K, k_ = riccati_steps(*self.V[read].views(), *self.derivs.views(k), self.mu)
+      return [*self.V[1 - read].assign(Vx, Vxx), self.K[:, k].assign(K), self.k[:, k].assign(k_)]
     def forward(k:UOp) -> list[Tensor]:
       Xc = self.candidates
       return [Xc[:, :, k + 1].assign(rollout_steps(Xc[:, :, k], self.X[:, k], self.U[:, k], self.K[:, k], self.k[:, k], self.alphas))]
@@ -174,8 +189,8 @@ class Solver:
 
   def _iterate(self) -> Tensor:
     X, U, T, Xc = self.X, self.U, self.T, self.candidates
-    Tensor.realize(*(buf.assign(d) for buf, d in zip(self.derivs, self.linearize(X, U))))
-    Tensor.realize(*(buf.assign(v) for buf, v in zip(self.V[0], self.terminal_value(X[:, T]))))
+    Tensor.realize(*self.derivs.assign(*self.linearize(X, U)))
+    Tensor.realize(*self.V[0].assign(*self.terminal_value(X[:, T])))
     for k in reversed(range(T)): self.backward_steps[(T - 1 - k) % 2](k)
     for k in range(T): self.forward_step(k)
     Uc = self.candidate_controls(Xc[:, :, :T], X[:, :T], U, self.K, self.k, self.alphas)

@@ -2,7 +2,7 @@
 The vmap cases the fuzzer found them by are in test/test_vmap_fuzz.py (TestFuzzRegressions); docs/internals.md maps topics to tests."""
 import unittest
 import numpy as np
-from tinygrad import Tensor, Device, dtypes
+from tinygrad import Tensor, Device, dtypes, GlobalCounters
 from tinygrad.helpers import Context
 from tinygrad.uop.ops import UOp, Ops, KernelInfo
 from vmap_oracle import cpu_devices_missing
@@ -46,6 +46,21 @@ class TestFixes(unittest.TestCase):
         np.testing.assert_allclose(Tensor.stack(Tensor(a).shard(devs, axis), Tensor(b).to(devs), dim=dim).numpy(), want)
         np.testing.assert_allclose(Tensor.stack(Tensor(a).to(devs), Tensor(b).shard(devs, axis), dim=dim).numpy(), want)
     np.testing.assert_allclose(Tensor.stack(Tensor(a).shard(devs, 0).sum(1), Tensor(b).shard(devs, 1).sum(1)).numpy(), np.stack([a.sum(1), b.sum(1)]))
+
+  def test_variable_is_not_a_buffer(self):
+    # fix-variable-not-a-buffer (0.14): rangeify keeps a value that several kernels read as a buffer of its own when it reads more than
+    # three buffers, and it counted a bound Variable as one: here x (three buffers and the Variable) became a third kernel
+    a, b, c = (rand(4, 3, seed=i) for i in range(3))
+    ta, tb, tc = (Tensor(t).realize() for t in (a, b, c))
+    v = UOp.variable("i", 0, 3).bind(2)
+    x = ta[v] * tb[v] + tc[v]
+    outs = [(x * 2).contiguous(), (x + 1).contiguous()]
+    GlobalCounters.reset()
+    Tensor.realize(*outs)
+    self.assertEqual(GlobalCounters.kernel_count, 2)
+    want = a[2] * b[2] + c[2]
+    np.testing.assert_allclose(outs[0].numpy(), want * 2)
+    np.testing.assert_allclose(outs[1].numpy(), want + 1)
 
   def test_cast_folding(self):
     # fix-cast-folding: an inf cast to an int is left to run (it raised while folding), a float constant cast to half is rounded, and a

@@ -127,9 +127,9 @@ class TestTrajopt(unittest.TestCase):
   def test_kernels_per_iteration(self):
     # the recursions over time are kernels per knot (on 0.12 a Riccati step 4, its outputs; a rollout step 2: it reads row k of the
     # buffer it writes row k + 1 of, so its result is computed into a temporary first), the derivatives and the line search a fixed
-    # number; nothing grows with the number of problems. 0.14's scheduler realizes the Riccati step's shared scalar entries (each
-    # problem's 2x2 inverse and products, used by several outputs) as kernels of their own, and a rollout step is 3: 32 a knot there
-    per_knot = 6 if SCOPES_IN_SCHEDULER else 32
+    # number; nothing grows with the number of problems. On 0.14 a rollout step is 3 kernels: 7 a knot there (the Riccati step reads
+    # three buffers and the knot, so 0.14 doesn't keep its shared scalar entries as buffers: examples/trajopt.py's PackedBuffer)
+    per_knot = 6 if SCOPES_IN_SCHEDULER else 7
     base = iteration_kernels(8, 2)
     self.assertEqual(iteration_kernels(8, 5), base)
     self.assertEqual(iteration_kernels(12, 2), base + per_knot * 4)
