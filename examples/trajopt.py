@@ -159,8 +159,8 @@ class Solver:
     self.cost = self.trajectory_cost(self.X, self.U).contiguous().realize()
     # per knot: the derivatives (A, B, g, H), the value function and policy (Vx, Vxx, K, k), the candidates' states
     # A, B, g and H side by side in one buffer, and Vx and Vxx in one: a Riccati step then reads three buffers (with mu). tinygrad 0.14
-    # keeps a shared value that reads more than three buffers as a buffer of its own, a kernel per knot for each scalar entry the step's
-    # outputs share (the inverse of Quu and its products: 27 kernels a knot, against 4)
+    # keeps a value several kernels share as a buffer of its own when it reads more than three buffers: with seven, every scalar entry
+    # the step's four outputs share (the inverse of Quu and its products) was a kernel a knot, 27 a knot against 4
     self.derivs = PackedBuffer(buffer(self.B, T, 66), ((4, 4), (4, 2), (6,), (6, 6)))
     self.K, self.k = buffer(self.B, T, 2, 4), buffer(self.B, T, 2)
     # the value function (Vx, Vxx) of the knot after and the knot before, two buffers taking turns: a step that wrote into the buffer it
