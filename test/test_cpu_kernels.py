@@ -6,7 +6,8 @@
   with AVX-512); the 0.14 line's accumulators are scalars clang vectorizes, and its tile is one 32-byte vector of N by 4 rows.
 - the cold branch (codegen/late/cold_branch.py): sin/cos/tan's Payne-Hanek reduction, which only |x| >= 30 takes, runs under an IF
   instead of on every element, bit for bit the select's results.
-- (0.14) a REDUCE range's loop lets clang reorder its float adds, so it vectorizes the scalar accumulators along the loop.
+- (0.14) a REDUCE range's loop lets clang reorder its float adds, so it vectorizes the scalar accumulators along the loop; an
+  elementwise kernel whose stores are all strided (a vmap's stacked output) takes 4 adjacent elements of each store's row at once.
 
 The 0.12 line's other rules need its vector ALUs: test/test_cpu_codegen.py (bench/analysis-0.14.0.md)."""
 from fork_topics import skip_module_unless
@@ -186,14 +187,22 @@ class TestCPUNoGathers(unittest.TestCase):
     self.assertNotIn("gather", clang_assembly(kernel_source(vmap(lambda r: (r * r).sum() * 2 + r.max())(x))))
 
 @unittest.skipUnless(LINEAR_SCHEDULE, "the 0.12 line's codegen keeps a reduce's float8 vector accumulators itself")
-class TestCPUReduceLoops(unittest.TestCase):
-  """on 0.14 a reduce's accumulators are scalars, and clang vectorizes a float reduction loop only where it may reorder the adds: the
-  renderer lets it on a REDUCE range's loop (bench W1, four rows' sums from loads 64 floats apart, is then contiguous vector loads along
-  the row: 2.4 -> 1.3 ms). Not on the other loops"""
+class TestCPUScalarALUs(unittest.TestCase):
+  """0.14's ALUs are scalars, which clang vectorizes. It vectorizes a float reduction loop only where it may reorder the adds: the renderer
+  lets it on a REDUCE range's loop (bench W1, four rows' sums from loads 64 floats apart, is then contiguous vector loads along the row:
+  2.4 -> 1.3 ms), not on the other loops. And it packs stores that are adjacent in one iteration (cpu_store_rows)"""
   def test_reduce_loops_may_vectorize(self):
     src = kernel_source(vmap(lambda r: (r * r).sum() * 2 + r.max())(Tensor.empty(1000, 64)))
     loops = [l.strip() for l in src.splitlines() if "for (" in l]
     self.assertEqual([l.startswith('_Pragma("clang loop vectorize(enable)")') for l in loops], [False, True, True])
+
+  def test_stacked_output_stores_rows(self):
+    # a vmap's stacked output is a slot per stream along the batch (the stacked axis upcast): 4 adjacent examples of each stream at once
+    # (cpu_store_rows), each slot one vector store
+    f = lambda x: Tensor.stack(x[0] * 2, x[1] * 3, x[2] * 4, x[3] * 5)
+    self.assertEqual(kernel_opts(vmap(f)(Tensor.empty(1000, 4))), [(OptOps.UPCAST, 0), (OptOps.UPCAST, 4)])
+    x = np.random.default_rng(8).standard_normal((1000, 4))
+    np.testing.assert_equal(vmap(f)(Tensor(x)).numpy(), x * [2, 3, 4, 5])
 
   def test_reassociated_sums_match_numpy(self):
     x = np.random.default_rng(7).standard_normal((1000, 64))
