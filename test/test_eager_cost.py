@@ -160,10 +160,11 @@ class TestBasicIndexShortcut(unittest.TestCase):
 
   def test_other_indices_take_the_general_path(self):
     a = rand(4, 5)
+    try: from tinygrad.tensor import _basic_index
+    except ImportError: from tinygrad.mixin.op import _basic_index   # 0.14: Tensor's indexing lives in the mixins
     for idx, np_idx in (([1, 2], [1, 2]), ((None, 1), (None, 1)), ((Ellipsis, 1), (Ellipsis, 1)), (slice(None, None, 2), slice(None, None, 2)),
                         ((1, Tensor([0, 2])), (1, [0, 2]))):
       with self.subTest(idx=str(idx)):
-        from tinygrad.tensor import _basic_index
         self.assertIsNone(_basic_index(a.shape, idx))
         np.testing.assert_equal(a[idx].numpy(), a.numpy()[np_idx])
 
@@ -172,10 +173,9 @@ class TestBasicIndexShortcut(unittest.TestCase):
       with self.subTest(idx=str(idx)), self.assertRaises(IndexError): rand(4, 5)[idx]
 
   def test_gradient(self):
-    x = rand(4, 5).requires_grad_()
-    (x[1:3, -1] * Tensor([2.0, 3.0])).sum().backward()
+    x = rand(4, 5)
     want = np.zeros((4, 5), np.float32); want[1, 4], want[2, 4] = 2, 3
-    np.testing.assert_equal(x.grad.numpy(), want)
+    np.testing.assert_equal((x[1:3, -1] * Tensor([2.0, 3.0])).sum().gradient(x)[0].numpy(), want)
 
 class TestFullShortcut(unittest.TestCase):
   def test_same_graph_as_reshape_and_expand(self):
