@@ -22,8 +22,8 @@ One iteration (`Solver.iterate`, under TinyJit after its first two calls):
   4. evaluate: the cost of every candidate (vmap over problems, step sizes and knots), then per problem the best step size is kept
      if it lowers the cost, and the Levenberg-Marquardt damping `mu` of its Quu goes down, else up. Nothing leaves the device.
 tinygrad has no scan: a recursion over time is kernels per knot (`KnotStep`: one step traced, scheduled and compiled once, and
-replayed at every knot), so an iteration is 6 T + a constant kernels, whatever B (on tinygrad 0.12; 32 T + a constant on 0.14,
-whose scheduler gives the Riccati step's shared scalars kernels of their own); TinyJit replays them as one graph.
+replayed at every knot), so an iteration is 6 T + a constant kernels, whatever B (on tinygrad 0.12; 7 T + a constant on 0.14,
+whose rollout step is 3 kernels); TinyJit replays them as one graph.
 """
 import argparse, itertools, math, sys, time
 from pathlib import Path

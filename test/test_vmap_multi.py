@@ -39,8 +39,8 @@ class TestShardedBatch(VmapTestCase):
   def test_stack(self): self.sharded(lambda x: Tensor.stack(x, x*2), nfn=lambda x: np.stack([x, x*2]))
   def test_fancy_index(self): self.sharded(lambda x: x[[3, 0, 2]])
   def test_stack_with_closed_over(self):
-    # a per-example value (on the batch's devices, sharded) stacked with a closed-over one (replicated there): 0.14's STACK and cat need
-    # their srcs sharded alike
+    # a per-example value (on the batch's devices, sharded) stacked with a closed-over one (replicated there): vanilla 0.14's multi-device
+    # STACK mishandled the replicated src (fix-stack-multi-replicated)
     c = rand(4)
     self.sharded(lambda x, w: Tensor.stack(x * 2, w), nfn=lambda x, w: np.stack([x * 2, w]), weight=c)
   def test_stack_with_closed_over_0d(self):
@@ -221,8 +221,8 @@ class TestShardedErrors(VmapTestCase):
     with self.assertRaisesRegex(RuntimeError, "sharded on different devices"): vmap(lambda a, b: a*b)(a, b)
 
   def test_stack_of_inputs_sharded_on_different_axes(self):
-    # a stack of a value of each (one sharded on the batch, one on its other axis): 0.14 summed the wrong shards before batching.py's STACK
-    # rule padded such srcs into their slots
+    # a stack of a value of each (one sharded on the batch, one on its other axis): 0.14 stacked the wrong shards until
+    # fix-stack-multi-replicated (the sum over the sharded axis is replicated)
     x, y = Tensor(a:=rand(4, 2)).shard(devices(2), axis=0), Tensor(b:=rand(4, 2)).shard(devices(2), axis=1)
     f = vmap(lambda p, q: Tensor.stack(p.sum(), q.sum()))
     if SCOPES_IN_SCHEDULER:

@@ -62,7 +62,8 @@ pm_batch = PatternMatcher([
   (UPat((Ops.PAD, Ops.SHRINK), name="ret"), lambda ctx, ret: ctx.src[0]._mop(ret.op, tuple((0, s) for s in ctx.sizes) + tuple(ret.marg))),
   # EXPAND puts its new axes in front of the shape, and STACK its stacked axis: behind the batch axes here
   (UPat(Ops.EXPAND, name="ret"), lambda ctx, ret: _batch_of_batch_axes(ctx, ctx.src[0]._mop(Ops.EXPAND, ret.marg), len(ret.marg))),
-  (UPat(Ops.STACK, name="ret"), lambda ctx, ret: _batch_of_batch_axes(ctx, UOp(Ops.STACK, ret.dtype, tuple(ctx.full(i) for i in range(len(ret.src)))), 1)),
+  (UPat(Ops.STACK, name="ret"), lambda ctx, ret:
+    _batch_of_batch_axes(ctx, UOp(Ops.STACK, ret.dtype, tuple(ctx.full(i) for i in range(len(ret.src)))), 1)),
   # REDUCE reduces the leading arg[1] axes: those go in front of the batch axes
   (UPat(Ops.REDUCE, name="ret"), lambda ctx, ret: UOp(Ops.REDUCE, ret.dtype, (_reduced_in_front(ctx, ret.arg[1]),), ret.arg)),
   # a write of a per-example value into a buffer with no data of its own (clone: AFTER(empty, STORE(empty, value))) is the value: each
