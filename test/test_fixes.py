@@ -62,6 +62,17 @@ class TestFixes(unittest.TestCase):
     np.testing.assert_allclose(outs[0].numpy(), want * 2)
     np.testing.assert_allclose(outs[1].numpy(), want + 1)
 
+  def test_reduces_of_a_statically_masked_load(self):
+    # fix-invalid-lanes (0.14): with the reduces unrolled, every lane of cond.where(0, p)'s load of p is masked off, its index a STACK of
+    # Invalid lanes that folded to one scalar Invalid: the ops over it lost their shape ("bad reshape: () -> (1, 2)"), or with n=4 an
+    # Invalid reached the renderer
+    for n in (2, 4):
+      p = rand(n, seed=n)
+      cond = 0 < (Tensor.arange(n) + 1).cast(dtypes.float64) * 0.1257
+      tp = Tensor(p)
+      out = cond.where(tp, 0).sum() + cond.where(0, tp).sum() * 3
+      np.testing.assert_allclose(out.numpy(), p.sum())
+
   def test_cast_folding(self):
     # fix-cast-folding: an inf cast to an int is left to run (it raised while folding), a float constant cast to half is rounded, and a
     # cast of an index that is never valid folds to 0
