@@ -51,6 +51,14 @@ class TestShardedBatch(VmapTestCase):
     # the items set and the mask are on the batch's devices: they were made on the default device and copied there
     for idx in [(1,), (slice(0, 2),), ([3, 0],)]:
       with self.subTest(idx=repr(idx)): self.sharded(lambda x: set_items(x, idx, x.sum()))
+  def test_setitem_on_clone_of_a_constant_twice(self):
+    # on 0.14 a value made from a scalar argument alone is a CONST with no device, and its clone a buffer on the default device: read by
+    # a clone of the first set's result it was kept as that buffer, which the sharded batch refused (the fuzzer, seed 1402)
+    def f(x, w, stack):
+      y = set_items(stack([w, w * 3]), (0,), x.sum())
+      return set_items(y, (slice(0, 2),), x.max()) * y
+    self.sharded(lambda x, w: f(x, w, lambda ts: Tensor.stack(*ts)), nfn=lambda x, w: f(x, w, np.stack), weight=rand())
+
   def test_replicated_weight(self): self.sharded(lambda x, w: (x @ w).relu(), nfn=lambda x, w: np.maximum(x @ w, 0), weight=rand(4, 3))
   def test_softmax(self): self.sharded(lambda x: x.softmax(), nfn=np_softmax, n_dev=3)
   def test_reduce_indexed_again(self): self.sharded(lambda x: reduce_index(x, Tensor), nfn=lambda x: reduce_index(x, np))

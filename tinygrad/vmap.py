@@ -227,7 +227,10 @@ def _filled_consts_as_values(y:Tensor) -> Tensor:
   def only_read(f:UOp) -> bool:
     stack, seen = [f], {f}
     while stack:
-      for c in consumers.get(stack.pop(), []):
+      x = stack.pop()
+      for c in consumers.get(x, []):
+        # stored into another buffer (a clone of it) is read; stored into is written again
+        if c.op is Ops.STORE and c.src[0] is not x: continue
         if c.op in (Ops.STORE, Ops.AFTER, Ops.COPY, Ops.CONTIGUOUS, Ops.MSELECT, Ops.MSTACK): return False
         if c not in seen: seen.add(c); stack.append(c)
     return True

@@ -45,14 +45,14 @@ def upstream_line(root:Path) -> str:
     raise ForkError(f"no upstream line {v!r}: pyproject.toml pins {', '.join(cfg['upstream'])} (UPSTREAM=<one of them>)")
   return v
 def is_default_line(root:Path) -> bool: return upstream_line(root) == fork_config(root)["default"]
-def pin(root:Path) -> dict: return fork_config(root)["upstream"][upstream_line(root)]
+def pin(root:Path, line:str|None=None) -> dict: return fork_config(root)["upstream"][line or upstream_line(root)]
 def patches_dir(root:Path) -> Path: return root/pin(root)["patches"]
 def rel(root:Path, p:Path) -> str: return str(p.relative_to(root))
 def cache_dir(root:Path) -> Path: return Path(os.environ.get("FORK_CACHE", root/".cache"/"upstream")).resolve()
 
-def fetch(root:Path, kind:str) -> Path:
-  """Return the cached, sha256-verified upstream wheel or sdist, downloading it with pip when missing."""
-  p, cache = pin(root), cache_dir(root)
+def fetch(root:Path, kind:str, line:str|None=None) -> Path:
+  """Return the cached, sha256-verified upstream wheel or sdist (of this line, or of another pinned one), downloading it with pip when missing."""
+  p, cache = pin(root, line), cache_dir(root)
   f = cache/p[kind]["file"]
   if not f.exists():
     cache.mkdir(parents=True, exist_ok=True)
@@ -79,9 +79,9 @@ def pristine(root:Path) -> Path:
     (out/".complete").touch()
   return out
 
-def sdist(root:Path) -> Path:
-  """Directory of the extracted, verified upstream sdist."""
-  tgz, p = fetch(root, "sdist"), pin(root)
+def sdist(root:Path, line:str|None=None) -> Path:
+  """Directory of the extracted, verified upstream sdist (of this line, or of another pinned one)."""
+  tgz, p = fetch(root, "sdist", line), pin(root, line)
   out = cache_dir(root)/f"sdist-{p['sdist']['sha256'][:16]}"
   if not (out/".complete").exists():
     shutil.rmtree(out, ignore_errors=True)

@@ -3,6 +3,7 @@
 
   upstream_suite.py baseline [--runs N]   run the suite N times (default 2) on pristine upstream, record test/upstream/vanilla-VERSION.json
   upstream_suite.py check                 run the suite on the fork; fail on failures that vanilla does not have
+The suite is the sdist's test/*.py, plus the files of an older line's sdist that the line's `older_tests` in pyproject.toml names.
 The line is the fork tool's: pyproject.toml's default, or UPSTREAM=<version>.
 
 Outcomes depend a little on which tests share an xdist worker, so the baseline keeps tests whose outcome varied between vanilla runs
@@ -28,6 +29,10 @@ def run_suite(pkg_parent:Path) -> dict[str, str]:
     # a run dir with upstream's tests and pytest config, and an import path with nothing but the tinygrad/ under test in it
     shutil.copytree(sdist/"test", Path(tmp)/"test")
     shutil.copy(sdist/"pyproject.toml", tmp)
+    # a line whose sdist ships few tests takes test files of an older line's sdist, made to import by a shim conftest (pyproject.toml)
+    if (older:=fork.pin(ROOT).get("older_tests")) is not None:
+      for f in older["files"]: shutil.copy(fork.sdist(ROOT, older["line"])/f, Path(tmp)/f)
+      shutil.copy(ROOT/older["shim"], Path(tmp)/"test"/"conftest.py")
     (Path(tmp)/"path").mkdir()
     (Path(tmp)/"path"/"tinygrad").symlink_to(pkg_parent/"tinygrad")
     env = {**{k:v for k,v in os.environ.items() if k not in ("CPU", "DEV")}, "PYTHONPATH":str(Path(tmp)/"path"), **fork.pin(ROOT)["cpu_env"],
