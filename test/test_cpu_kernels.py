@@ -186,9 +186,10 @@ class TestCPUNoGathers(unittest.TestCase):
     x = Tensor.empty(100000, 64)   # bench W1 (at 1000 rows the heuristics pick other opts, which clang never gathered)
     self.assertNotIn("gather", clang_assembly(kernel_source(vmap(lambda r: (r * r).sum() * 2 + r.max())(x))))
 
+class TestCPUSmallUnsignedCast(unittest.TestCase):
+  """without AVX-512 (cpu-codegen builds without it), clang's vector float -> uint8 cast saturated a negative to 0 where its AVX-512 code
+  and torch wrap (-1.8 -> 255): the cast goes through int32 (upstream's test_ops TestOpsUint8.test_cast, on an AVX-512 machine)"""
   def test_small_unsigned_cast_wraps(self):
-    # without AVX-512, clang's vector float -> uint8 cast saturated a negative to 0 where its AVX-512 code and torch wrap (-1.8 -> 255):
-    # the cast goes through int32 (upstream's test_ops TestOpsUint8.test_cast, on an AVX-512 machine)
     x = np.random.default_rng(0).uniform(-2, 2, (2, 3, 64, 64)).astype(np.float32)
     for dt, npdt in ((dtypes.uint8, np.uint8), (dtypes.uint16, np.uint16)):
       np.testing.assert_equal(Tensor(x).cast(dt).numpy(), x.astype(np.int32).astype(npdt))

@@ -31,7 +31,8 @@ def run_suite(pkg_parent:Path) -> dict[str, str]:
     shutil.copy(sdist/"pyproject.toml", tmp)
     # a line whose sdist ships few tests takes test files of an older line's sdist, made to import by a shim conftest (pyproject.toml)
     if (older:=fork.pin(ROOT).get("older_tests")) is not None:
-      for f in older["files"]: shutil.copy(fork.sdist(ROOT, older["line"])/f, Path(tmp)/f)
+      older_sdist = fork.sdist(ROOT, older["line"])
+      for f in older["files"]: shutil.copy(older_sdist/f, Path(tmp)/f)
       shutil.copy(ROOT/older["shim"], Path(tmp)/"test"/"conftest.py")
     (Path(tmp)/"path").mkdir()
     (Path(tmp)/"path"/"tinygrad").symlink_to(pkg_parent/"tinygrad")
