@@ -129,21 +129,6 @@ class TestCPUMatmulTile(unittest.TestCase):
       with Context(PCONTIG=2): got = (Tensor(a) @ Tensor(b) @ Tensor(c)).contiguous(arg=opts).numpy()
       np.testing.assert_allclose(got, a.astype(np.float64) @ b @ c, rtol=1e-4, atol=1e-4)
 
-  def test_float8_from_blob_16_byte_aligned(self):
-    # memory tinygrad didn't allocate (malloc, numpy, from_blob) is 16-byte aligned, not 32: float8 declared 32-aligned faulted here
-    base = np.zeros(1024 + 8, dtype=np.float32)
-    a = base[(off:=(32 - base.ctypes.data % 32) % 32 // 4 + 4):off + 1024]
-    a[:] = np.random.default_rng(4).standard_normal(1024)
-    self.assertEqual(a.ctypes.data % 32, 16)
-    t = Tensor.from_blob(a.ctypes.data, (32, 32), dtype=dtypes.float32, device="CPU")
-    np.testing.assert_allclose((t @ t).numpy(), a.reshape(32, 32).astype(np.float64) @ a.reshape(32, 32), rtol=1e-4, atol=1e-4)
-    np.testing.assert_equal((t * 2).numpy(), a.reshape(32, 32) * 2)
-
-  def test_float8_unaligned_offset(self):
-    # float8 loads of a slice that starts mid-vector must not assume alignment the offset breaks
-    a = np.arange(300, dtype=np.float32)
-    np.testing.assert_equal((Tensor(a)[3:259].reshape(16, 16) * 2).numpy(), a[3:259].reshape(16, 16) * 2)
-
 @unittest.skipUnless(Device.DEFAULT == "CPU", "the clang renderer's vector ALUs")
 class TestCPUVectorALUs(unittest.TestCase):
   # clang compiles ext_vector_type arithmetic itself: devectorize splits only ops the renderer has no code for and kernel-local buffers

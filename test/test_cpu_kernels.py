@@ -2,8 +2,10 @@
 
 - a full unroll of a reduce stays within 32 lanes of the upcasts (codegen/opt/heuristic.py).
 - the matmul register tile (codegen/opt/heuristic_cpu.py's cpu_gemm_tile): a matmul whose N axis is unit-stride in B upcasts M and N
-  into a tile of accumulators and leaves the reduce rolled. The 0.12 line keeps vector ALUs for clang and takes a 4x16 float32 tile (8x16
-  with AVX-512); the 0.14 line's accumulators are scalars clang vectorizes, and its tile is one 32-byte vector of N by 4 rows.
+  into a tile of accumulators and leaves the reduce rolled: a 4x16 float32 tile. The 0.12 line keeps vector ALUs for clang (8x16 with
+  AVX-512); the 0.14 line's accumulators are scalars in an array read and written a 32-byte vector at a time, which clang keeps in
+  vector registers (it builds without AVX-512).
+- float8 loads and stores are declared 16-byte aligned (memory from numpy or from_blob is no more).
 - the cold branch (codegen/late/cold_branch.py): sin/cos/tan's Payne-Hanek reduction, which only |x| >= 30 takes, runs under an IF
   instead of on every element, bit for bit the select's results.
 - (0.14) a REDUCE range's loop lets clang reorder its float adds, so it vectorizes the scalar accumulators along the loop; an
@@ -12,7 +14,7 @@
 The 0.12 line's other rules need its vector ALUs: test/test_cpu_codegen.py (bench/analysis-0.14.0.md)."""
 from fork_topics import skip_module_unless
 skip_module_unless('cpu-codegen')
-import math, platform, unittest
+import math, platform, re, unittest
 import numpy as np
 from tinygrad import Tensor, Device, dtypes, vmap
 from tinygrad.helpers import Context
@@ -68,10 +70,10 @@ def computed(fn, x:np.ndarray, dtype, cold:bool) -> np.ndarray:
     fresh_compile()
 
 def tile(itemsize:int) -> list[tuple[OptOps, int]]:
-  """this line's tile: the rows (M) upcast first, then the columns (N)"""
-  if hasattr(Tensor, "schedule_linear"): return [(OptOps.UPCAST, 4), (OptOps.UPCAST, 32 // itemsize)]
+  """this line's tile: the rows (M) upcast first, then the columns (N), 64 bytes of them. 0.14's clang builds without AVX-512, so its
+  accumulators are always 256 bytes (8 ymm registers)"""
   n = 64 // max(itemsize, 4)
-  return [(OptOps.UPCAST, min(8, cpu_tile_bytes() // itemsize // n)), (OptOps.UPCAST, n)]
+  return [(OptOps.UPCAST, min(8, (256 if LINEAR_SCHEDULE else cpu_tile_bytes()) // itemsize // n)), (OptOps.UPCAST, n)]
 
 @unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU renderer's heuristics")
 class TestCPUGemmTile(unittest.TestCase):
@@ -194,6 +196,23 @@ class TestCPUSmallUnsignedCast(unittest.TestCase):
     for dt, npdt in ((dtypes.uint8, np.uint8), (dtypes.uint16, np.uint16)):
       np.testing.assert_equal(Tensor(x).cast(dt).numpy(), x.astype(np.int32).astype(npdt))
 
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the clang renderer's vector types")
+class TestCPUVectorAlignment(unittest.TestCase):
+  """float8 loads and stores (both lines) are declared 16-byte aligned, as float4's are: tinygrad's own buffers are page aligned, but
+  memory from malloc, numpy or from_blob is only 16-byte aligned, and a float8 declared 32-aligned loaded with vmovaps ymm and faulted"""
+  def test_from_blob_16_past_a_32_byte_boundary(self):
+    base = np.zeros(1024 + 8, dtype=np.float32)
+    a = base[(off:=(32 - base.ctypes.data % 32) % 32 // 4 + 4):off + 1024]
+    a[:] = np.random.default_rng(4).standard_normal(1024)
+    self.assertEqual(a.ctypes.data % 32, 16)
+    t = Tensor.from_blob(a.ctypes.data, (32, 32), dtype=dtypes.float32, device="CPU")
+    np.testing.assert_allclose((t @ t).numpy(), a.reshape(32, 32).astype(np.float64) @ a.reshape(32, 32), rtol=1e-4, atol=1e-4)
+    np.testing.assert_equal((t * 2).numpy(), a.reshape(32, 32) * 2)
+
+  def test_slice_that_starts_mid_vector(self):
+    a = np.arange(300, dtype=np.float32)
+    np.testing.assert_equal((Tensor(a)[3:259].reshape(16, 16) * 2).numpy(), a[3:259].reshape(16, 16) * 2)
+
 @unittest.skipUnless(LINEAR_SCHEDULE, "the 0.12 line's codegen keeps a reduce's float8 vector accumulators itself")
 class TestCPUScalarALUs(unittest.TestCase):
   """0.14's ALUs are scalars, which clang vectorizes. It vectorizes a float reduction loop only where it may reorder the adds: the renderer
@@ -211,6 +230,24 @@ class TestCPUScalarALUs(unittest.TestCase):
     self.assertEqual(kernel_opts(vmap(f)(Tensor.empty(1000, 4))), [(OptOps.UPCAST, 0), (OptOps.UPCAST, 4)])
     x = np.random.default_rng(8).standard_normal((1000, 4))
     np.testing.assert_equal(vmap(f)(Tensor(x)).numpy(), x * [2, 3, 4, 5])
+
+  def test_tile_accumulators_move_as_vectors(self):
+    # the matmul tile's accumulator array is read and written a 32-byte vector at a time (memory_coalescing on a REG buffer), as are the
+    # global floats: clang keeps it in ymm registers and its FMAs 8 wide (4 scalar-element stores a lane each were xmm FMAs: bench W2 2x)
+    for dt, vec in ((dtypes.float32, "float8"), (dtypes.float64, "double4")):
+      with self.subTest(dtype=dt.name):
+        src = kernel_source(Tensor.empty(64, 64, dtype=dt) @ Tensor.empty(64, 64, dtype=dt))
+        acc = re.search(r"(\w+) (buf\d+)\[(\d+)\] __attribute__\(\(aligned\(32\)\)\);", src)
+        self.assertIsNotNone(acc, src)
+        self.assertFalse(re.search(rf"\*\({acc[2]}\+\d+\) =", src), "a scalar store to the accumulators")
+        self.assertEqual(len(re.findall(rf"\*\(\({vec}\*\)\(\({acc[2]}\+\d+\)\)\) =", src)), 2 * int(acc[3]) * dt.itemsize // 32)
+
+  def test_row_sums_keep_scalar_accumulators(self):
+    # four rows' sums load 64 floats apart: a float4 of them was SLP across the rows (2x slower on bench W1); scalars, which the loop
+    # vectorizer vectorizes along each row
+    src = kernel_source(vmap(lambda r: (r * r).sum() * 2 + r.max())(Tensor.empty(100000, 64)))   # bench W1: 4 rows upcast
+    self.assertIsNotNone(re.search(r"float (buf\d+)\[4\]", src), src)
+    self.assertNotRegex(src, r"\(\(float\d\*\)\(\(buf", "a vector access to the accumulators")
 
   def test_reassociated_sums_match_numpy(self):
     x = np.random.default_rng(7).standard_normal((1000, 64))

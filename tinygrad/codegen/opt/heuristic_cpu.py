@@ -27,7 +27,8 @@ def cpu_tile_bytes() -> int:
 def cpu_gemm_tile(k:Scheduler, n_bytes:int=64, tile_bytes:int|None=None) -> bool:
   """On the CPU, a matmul whose N axis is unit-stride in B gets a register tile of accumulators (cpu_tile_bytes: 8 vector registers, 8
   FMAs in flight) along N, and no unrolled reduce, which would chain each accumulator's adds: 2-5x the generic 4x4 tile with UNROLL on AVX2.
-  The 0.14 line, whose accumulators are scalars clang vectorizes, takes a smaller tile: N n_bytes wide, tile_bytes in all"""
+  The 0.14 line's accumulators are scalars in an array it reads and writes a vector at a time (codegen/late/coalesce.py), which clang keeps
+  in ymm registers; it builds without AVX-512 and takes 256 bytes of them"""
   if renderer_device(k.ren) != "CPU" or k.upcast_size() != 1 or len(k.reduceops) != 1 or len(k.ranges_of(AxisType.REDUCE)) != 1: return False
   if (red:=k.reduceop) is None: return False
   if not sum_of_products(red.arg[0], mul:=red.src[0]): return False
