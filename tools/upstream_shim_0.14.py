@@ -16,3 +16,31 @@ if not hasattr(device, "is_dtype_supported"): device.is_dtype_supported = lambda
 _init = tensor.Tensor.__init__
 def _init_without_requires_grad(self, *args, requires_grad=None, **kwargs): _init(self, *args, **kwargs)
 if "requires_grad" not in _init.__code__.co_varnames: tensor.Tensor.__init__ = _init_without_requires_grad
+
+# test/helpers.py, which no sdist ships and 0.12's test_dtype, test_jit, test_subbuffer, test_const_folding ... import from: the names
+# they use, written for 0.14 here (a test whose helper means something else on 0.14 fails on vanilla 0.14 too, and the baseline has it)
+def _test_helpers():
+  import sys, types, unittest
+  import numpy as np
+  from tinygrad import Device
+  from tinygrad.uop.ops import Ops
+  m = types.ModuleType("test.helpers")
+  m.REAL_DEV = Device.DEFAULT
+  m.slow = unittest.skip("slow: not in this suite")
+  m.needs_second_gpu = unittest.skip("needs a second GPU")
+  m.not_support_multi_device = lambda: False
+  def rand_for_dtype(dt, size:int) -> np.ndarray:
+    """random values dt holds exactly: booleans, small ints (non-negative for unsigned), floats in [-10, 10)"""
+    rng = np.random.default_rng(0)
+    if dtypes.is_bool(dt): return rng.integers(0, 2, size).astype(np.bool_)
+    if dtypes.is_unsigned(dt): return rng.integers(0, 100, size).astype(_to_np_dtype(dt))
+    if dtypes.is_int(dt): return rng.integers(-100, 100, size).astype(_to_np_dtype(dt))
+    return rng.uniform(-10, 10, size).astype(_to_np_dtype(dt))
+  m.rand_for_dtype = rand_for_dtype
+  def assert_jit_cache_len(fxn, expected_len:int):
+    """the calls (kernels and copies) a TinyJit captured"""
+    assert fxn.captured is not None, "the jit captured nothing"
+    assert (n:=len([c for c in fxn.captured.linear.src if c.op is Ops.CALL])) == expected_len, f"{n} calls captured, not {expected_len}"
+  m.assert_jit_cache_len = assert_jit_cache_len
+  sys.modules["test.helpers"] = m
+_test_helpers()
