@@ -15,27 +15,24 @@ def vector_lengths(ctx, buf:UOp, vector_regs:set[UOp]) -> list[int]|None:
   if buf.addrspace is AddrSpace.REG and buf.buf_uop not in vector_regs: return []
   return [l for l in (8, 4, 2) if l * buf.dtype.itemsize <= vb]
 
-def _offset(idx:UOp) -> tuple[UOp|None, int]:
-  if idx.op is Ops.ADD and idx.src[1].op is Ops.CONST: return idx.src[0], idx.src[1].arg
-  if idx.op is Ops.CONST: return None, idx.arg
-  return idx, 0
-
-def lanes_load_in_a_row(a:UOp, b:UOp) -> bool:
+def lanes_load_in_a_row(a:UOp, b:UOp, at:dict[UOp, tuple]) -> bool:
   """the values stored to two consecutive lanes each load an element of one global buffer that the other does not, b's the element after
-  a's (a matmul's row of B). Loads both lanes share (A's element, broadcast along the row) tell nothing"""
-  def loads(d:UOp) -> set[tuple[UOp, tuple[UOp|None, int]]]:
-    return {(l.src[0].src[0], _offset(l.src[0].src[1].get_idx())) for l in d.toposort(gate=lambda x: x.op is not Ops.INDEX)
-            if l.op is Ops.LOAD and l.src[0].op is Ops.INDEX and len(l.src[0].src) == 2 and l.src[0].src[0].addrspace is AddrSpace.GLOBAL}
+  a's (a matmul's row of B). Loads both lanes share (A's element, broadcast along the row) tell nothing. at: a load's (buf, root, valid)
+  and its offset from root, as memory_coalescing groups them"""
+  def loads(d:UOp) -> set[tuple]: return {at[l] for l in d.toposort(gate=lambda x: x.op is not Ops.INDEX) if l in at}
   la, lb = loads(a), loads(b)
-  return any((buf, (root, off+1)) in lb - la for buf, (root, off) in la - lb)
+  return any((key, off+1) in lb - la for key, off in la - lb)
 
 def vector_registers(ctx, memory:dict) -> set[UOp]:
-  """the accumulator arrays (REG buffers) to read and write a vector at a time: one whose stores of consecutive lanes load in a row"""
+  """the accumulator arrays (REG buffers) to read and write a vector at a time: one whose stores of consecutive lanes load in a row.
+  memory: memory_coalescing's loads and stores, grouped by (op, buf, root, valid) and then by offset from root"""
   if not getattr(ctx, "vector_bytes", 0): return set()
+  at = {l:(key[1:], off) for key, offsets in memory.items() if key[0] is Ops.LOAD and key[1].addrspace is AddrSpace.GLOBAL
+        for off, ls in offsets.items() for l in ls}
   ret: set[UOp] = set()
   for (op, buf, _, _), offsets in memory.items():
     if op is not Ops.STORE or buf.addrspace is not AddrSpace.REG or buf.buf_uop in ret: continue
     # two consecutive lanes tell: a tile's lanes all load the same way
     if (a:=next((a for a in sorted(offsets) if a+1 in offsets), None)) is None: continue
-    if lanes_load_in_a_row(offsets[a][0].src[1], offsets[a+1][0].src[1]): ret.add(buf.buf_uop)
+    if lanes_load_in_a_row(offsets[a][0].src[1], offsets[a+1][0].src[1], at): ret.add(buf.buf_uop)
   return ret

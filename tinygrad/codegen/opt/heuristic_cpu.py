@@ -24,7 +24,7 @@ def cpu_tile_bytes() -> int:
   try: return 512 if platform.machine() in ("x86_64", "AMD64") and "avx512f" in pathlib.Path("/proc/cpuinfo").read_text().split() else 256
   except OSError: return 256
 
-def cpu_gemm_tile(k:Scheduler, n_bytes:int=64, tile_bytes:int|None=None) -> bool:
+def cpu_gemm_tile(k:Scheduler, tile_bytes:int|None=None) -> bool:
   """On the CPU, a matmul whose N axis is unit-stride in B gets a register tile of accumulators (cpu_tile_bytes: 8 vector registers, 8
   FMAs in flight) along N, and no unrolled reduce, which would chain each accumulator's adds: 2-5x the generic 4x4 tile with UNROLL on AVX2.
   The 0.14 line's accumulators are scalars in an array it reads and writes a vector at a time (codegen/late/coalesce.py), which clang keeps
@@ -37,7 +37,7 @@ def cpu_gemm_tile(k:Scheduler, n_bytes:int=64, tile_bytes:int|None=None) -> bool
     ia, ib = a.src[1].get_idx(), b.src[1].get_idx()
     n = [ax for ax in k.upcastable_dims if (r:=k.rngs[ax]) not in ia.backward_slice and unit_stride(r, ib)]
     m = [ax for ax in k.upcastable_dims if (r:=k.rngs[ax]) in ia.backward_slice and r not in ib.backward_slice]
-    if not n or not m or (n_amt:=next((x for x in (16, 8, 4) if x*sz <= n_bytes and k.full_shape[n[-1]] % x == 0), None)) is None: continue
+    if not n or not m or (n_amt:=next((x for x in (16, 8, 4) if x*sz <= 64 and k.full_shape[n[-1]] % x == 0), None)) is None: continue
     # a quick build takes AVX2's tile: AVX-512's twice as tall one costs ~25 ms more codegen and clang (bench W2's first call)
     if tile_bytes is None: tile_bytes = 256 if QUICK_OPTS else cpu_tile_bytes()
     if (m_amt:=next((x for x in (min(8, tile_bytes//sz//n_amt), 4, 2) if k.full_shape[m[-1]] % x == 0), None)) is None: continue
