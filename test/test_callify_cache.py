@@ -1,0 +1,124 @@
+"""The eager-cost topic on the 0.14 line: a realize of a tensor graph whose structure was realized before builds its CALL from the kept
+template (tinygrad/engine/callify_cache.py) instead of transform_to_call's four graph rewrites. A hit must give what transform_to_call
+gives on that graph, new output buffers each time, and results that match numpy; graphs it doesn't keep take the long way."""
+from fork_topics import skip_module_unless
+skip_module_unless('eager-cost')
+import unittest
+from dataclasses import replace
+import numpy as np
+from tinygrad import Tensor
+from tinygrad.uop.ops import UOp, Ops
+import tinygrad.tensor as tensor_module
+if not hasattr(tensor_module, "transform_to_call"): raise unittest.SkipTest("the 0.14 line's realize cache: 0.12's realize has no transform_to_call")
+import tinygrad.engine.callify_cache as callify_cache
+from tinygrad.vmap import vmap
+
+def rand(*shape, seed:int, dtype=np.float32) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+class CountTransforms:
+  """counts the realizes that went the long way (transform_to_call) while in the with block"""
+  def __enter__(self):
+    self.n, self.orig = 0, tensor_module.transform_to_call
+    def counted(big_sink):
+      self.n += 1
+      return self.orig(big_sink)
+    tensor_module.transform_to_call = counted
+    return self
+  def __exit__(self, *exc): tensor_module.transform_to_call = self.orig
+
+def realize_twice(fxn, *inputs_per_call:tuple[np.ndarray, ...]) -> tuple[list[np.ndarray], int]:
+  """fxn on Tensors of each input tuple, each realized; the results as numpy and how many realizes after the first went the long way"""
+  inputs = [[Tensor(x).realize() for x in xs] for xs in inputs_per_call]
+  outs = [fxn(*inputs[0]).realize()]
+  with CountTransforms() as count: outs += [fxn(*xs).realize() for xs in inputs[1:]]
+  return [o.numpy() for o in outs], count.n
+
+class TestCallifyCacheHits(unittest.TestCase):
+  def test_same_graph_on_new_buffers_hits(self):
+    f = lambda a, b: ((a * b).sum(1) + 1.5).exp2()
+    calls = [(rand(3, 4, seed=i), rand(4, seed=10+i)) for i in range(3)]
+    outs, long_way = realize_twice(f, *calls)
+    self.assertEqual(long_way, 0)
+    for out, (a, b) in zip(outs, calls): np.testing.assert_allclose(out, np.exp2((a * b).sum(1) + 1.5), rtol=1e-5)
+
+  def test_earlier_results_stay_intact(self):
+    a0, a1 = rand(5, seed=0), rand(5, seed=1)
+    r0 = (Tensor(a0) * 2 + 1).realize()
+    r1 = (Tensor(a1) * 2 + 1).realize()
+    self.assertIsNot(r0.uop.base, r1.uop.base)
+    np.testing.assert_allclose(r0.numpy(), a0 * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(r1.numpy(), a1 * 2 + 1, rtol=1e-6)
+
+  def test_hit_builds_what_transform_to_call_builds(self):
+    a, b = Tensor(rand(3, 4, seed=0)).realize(), Tensor(rand(3, 4, seed=1)).realize()
+    build = lambda: UOp.sink((a + b).contiguous().relu().uop, (a * b).reshape(4, 3).uop, (a - b).sum().uop)
+    Tensor.realize(*[Tensor(u) for u in build().src])   # keeps the template
+    big_sink = build()
+    key, nodes, inputs = callify_cache.graph_structure(big_sink)
+    self.assertIsNotNone(template:=callify_cache._templates.get(key))
+    (got, got_map), (want, want_map) = callify_cache.instantiate(template, nodes, inputs), tensor_module.transform_to_call(big_sink)
+    self.assertIs(got.src[0], want.src[0])
+    self.assertEqual(got.arg, want.arg)
+    renamed: dict[UOp, UOp] = {}
+    for g, w in zip(got.src[1:], want.src[1:], strict=True):
+      if g is w: continue
+      self.assertEqual((g.op, g.src, replace(g.arg, slot=0)), (w.op, w.src, replace(w.arg, slot=0)))
+      self.assertNotIn(g, inputs)   # a new output buffer
+      renamed[w] = g
+    self.assertEqual(set(got_map), set(want_map))
+    for k, v in got_map.items(): self.assertIs(v, callify_cache._rebuild(want_map[k], dict(renamed)))
+
+  def test_same_buffer_twice_is_another_graph(self):
+    x, y = rand(4, seed=0), rand(4, seed=1)
+    f = lambda a, b: a * b + a
+    outs, _ = realize_twice(f, (x, y), (x, y))
+    t = Tensor(x).realize()
+    with CountTransforms() as count: np.testing.assert_allclose(f(t, t).numpy(), x * x + x, rtol=1e-6)
+    self.assertEqual(count.n, 1)
+    np.testing.assert_allclose(outs[1], x * y + x, rtol=1e-6)
+
+  def test_dtype_and_shape_are_part_of_the_structure(self):
+    f = lambda a: (a * 3).sum(0)
+    for x in (rand(3, 4, seed=0), rand(3, 5, seed=1), rand(3, 4, seed=2).astype(np.float64), (rand(3, 4, seed=3) * 10).astype(np.int32)):
+      with self.subTest(shape=x.shape, dtype=str(x.dtype)):
+        out, _ = realize_twice(f, (x,), (x + 1,))
+        np.testing.assert_allclose(out[1], ((x + 1) * 3).sum(0), rtol=1e-6)
+
+  def test_vmap_called_again_hits(self):
+    f = vmap(lambda x, c: Tensor.stack(x * c[0], x.sin() * c[1]).sum(0), in_axes=(0, None))
+    calls = [(rand(6, 4, seed=i), rand(2, 4, seed=10+i)) for i in range(3)]
+    outs, long_way = realize_twice(f, *calls)
+    self.assertEqual(long_way, 0)
+    for out, (x, c) in zip(outs, calls):
+      np.testing.assert_allclose(out, np.stack([xi * c[0] + np.sin(xi) * c[1] for xi in x]), rtol=1e-5, atol=1e-6)
+
+class TestCallifyCacheLongWay(unittest.TestCase):
+  def assert_long_way(self, fxn, want):
+    for i in range(2):
+      with CountTransforms() as count: out = fxn(i).realize()
+      self.assertGreaterEqual(count.n, 1)
+      np.testing.assert_allclose(out.numpy(), want(i), rtol=1e-6)
+
+  def test_assign(self):
+    buf = Tensor(rand(4, seed=0)).realize()
+    start = buf.numpy()
+    self.assert_long_way(lambda i: buf.assign(buf + 1), lambda i: start + i + 1)
+
+  def test_copy_from_numpy(self):
+    xs = [rand(4, seed=i) for i in range(2)]
+    self.assert_long_way(lambda i: Tensor(xs[i]) * 2, lambda i: xs[i] * 2)
+
+  def test_bound_variable(self):
+    x = Tensor(rand(8, seed=0)).realize()
+    v = UOp.variable("n", 1, 8)
+    self.assert_long_way(lambda i: (x[:v.bind(3+i)] * 2).sum(), lambda i: (x.numpy()[:3+i] * 2).sum())
+
+  def test_half_realized_graph_is_correct(self):
+    a = Tensor(rand(4, seed=0)).realize()
+    b = (a + 1).contiguous()
+    for i in range(2):
+      c = (b * (i + 2)).realize()
+      np.testing.assert_allclose(c.numpy(), (a.numpy() + 1) * (i + 2), rtol=1e-6)
+
+if __name__ == "__main__":
+  unittest.main()
