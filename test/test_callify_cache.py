@@ -92,6 +92,57 @@ class TestCallifyCacheHits(unittest.TestCase):
     for out, (x, c) in zip(outs, calls):
       np.testing.assert_allclose(out, np.stack([xi * c[0] + np.sin(xi) * c[1] for xi in x]), rtol=1e-5, atol=1e-6)
 
+def kernels_of(fxn) -> int:
+  from tinygrad.helpers import GlobalCounters
+  before = GlobalCounters.kernel_count
+  fxn()
+  return GlobalCounters.kernel_count - before
+
+class TestScheduleTemplate(unittest.TestCase):
+  """from the third realize of a structure on, the compiled schedule comes from the template too"""
+  @staticmethod
+  def f(a, b): return (a @ b).contiguous().relu().sum(0) + a.max()
+
+  def test_results_and_kernels_each_call(self):
+    calls = [(rand(5, 3, seed=i), rand(3, 4, seed=10+i)) for i in range(4)]
+    counts, outs = [], []
+    for a, b in calls:
+      ta, tb = Tensor(a).realize(), Tensor(b).realize()
+      counts.append(kernels_of(lambda: outs.append(self.f(ta, tb).realize())))
+    self.assertEqual(len(set(counts)), 1)
+    self.assertGreater(counts[0], 1)
+    for out, (a, b) in zip(outs, calls):   # every result intact: each call has buffers of its own
+      np.testing.assert_allclose(out.numpy(), np.maximum(a @ b, 0).sum(0) + a.max(), rtol=1e-5)
+
+  def test_schedule_is_what_the_long_way_schedules(self):
+    from tinygrad.schedule import create_linear_with_vars
+    from tinygrad.engine.realize import compile_linear
+    a, b = Tensor(rand(5, 3, seed=0)).realize(), Tensor(rand(3, 4, seed=1)).realize()
+    for _ in range(2): self.f(a, b).realize()
+    key, nodes, inputs = callify_cache.graph_structure(UOp.sink(self.f(a, b).uop))
+    self.assertIsNotNone((template:=callify_cache._templates[key]).linear)
+    call, _ = callify_cache.instantiate(template, nodes, inputs)
+    got, want = callify_cache.instantiate_linear(template, call.src[1:]), compile_linear(create_linear_with_vars(call)[0])
+    self.assertEqual(len(got.src), len(want.src))
+    renamed: dict[UOp, UOp] = {}
+    for g, w in zip(got.src, want.src):
+      self.assertIs(g.src[0], w.src[0])
+      for gu, wu in zip(UOp.sink(*g.src[1:]).toposort(), UOp.sink(*w.src[1:]).toposort(), strict=True):
+        if gu.op is not Ops.BUFFER: self.assertEqual((gu.op, gu.arg, gu.dtype), (wu.op, wu.arg, wu.dtype))
+        elif wu in call.src[1:]: self.assertIs(gu, wu)
+        else: self.assertIs(renamed.setdefault(wu, gu), gu)   # an intermediate: a new buffer of its own, the same one wherever it's used
+    self.assertTrue(all(gu is not wu for wu, gu in renamed.items()))
+
+  def test_tinyjit_captures_after_eager_calls(self):
+    from tinygrad import TinyJit
+    jf = TinyJit(self.f)
+    for i in range(5):
+      a, b = rand(5, 3, seed=i), rand(3, 4, seed=10+i)
+      if i < 2: self.f(Tensor(a).realize(), Tensor(b).realize()).realize()   # the template and its schedule
+      out = jf(Tensor(a).realize(), Tensor(b).realize())
+      np.testing.assert_allclose(out.numpy(), np.maximum(a @ b, 0).sum(0) + a.max(), rtol=1e-5)
+    self.assertGreater(len(jf.captured.linear.src), 1)
+
 class TestCallifyCacheLongWay(unittest.TestCase):
   def assert_long_way(self, fxn, want):
     for i in range(2):

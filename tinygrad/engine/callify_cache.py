@@ -10,7 +10,10 @@ from typing import Any, Callable
 from tinygrad.uop import Ops, GroupOp
 from tinygrad.uop.ops import UOp
 from tinygrad.dtype import AddrSpace, DType, dtypes
-from tinygrad.helpers import VIZ
+from tinygrad.helpers import VIZ, DEBUG, BEAM, SCACHE, CAPTURING, VALIDATE_WITH_CPU, getenv, perf_counter_us
+from tinygrad.uop.ops import buffers
+from tinygrad.schedule import create_linear_with_vars
+from tinygrad.engine.realize import capturing, compile_linear, link_linear, ExecContext, track_stats, pm_exec
 
 # the ops a kept graph may hold; transform_to_call only tags, makes CONTIGUOUS a store into a new buffer and drops DETACH there
 _PLAIN_OPS = GroupOp.ALU | GroupOp.Movement | {Ops.CAST, Ops.CONST, Ops.STACK, Ops.REDUCE, Ops.BUFFER, Ops.CONTIGUOUS, Ops.DETACH,
@@ -25,19 +28,34 @@ class NewBuffer:
   size: int
   dtype: DType
 
-@dataclass(frozen=True)
+@dataclass
 class CallTemplate:
   body: UOp                             # the CALL's body: a SINK over PARAMs
   call_arg: Any
   args: tuple[int|NewBuffer, ...]       # per CALL arg: the index of a graph input buffer, or a new buffer
-  placeholders: tuple[UOp, ...]        # per CALL arg, a BUFFER that stands for it in `becomes` (never allocated)
+  placeholders: tuple[UOp, ...]         # per CALL arg, a BUFFER that stands for it in `becomes` and `linear` (never allocated)
   becomes: tuple[tuple[int, UOp], ...]  # (index of a node in the graph's toposort, what it becomes: a view of placeholders)
+  linear: UOp|None = None               # the compiled schedule on placeholders (and never allocated intermediates), once realized from here
 
 def _rebuild(u:UOp, subs:dict[UOp, UOp]) -> UOp:
   """u with subs replaced (a view: a short chain of movement ops, so no graph_rewrite)"""
   if (ret:=subs.get(u)) is not None: return ret
   ret = subs[u] = u.replace(src=tuple(_rebuild(s, subs) for s in u.src)) if u.src else u
   return ret
+
+def _swap_buffers(u:UOp, subs:dict[UOp, UOp], new:Callable[[UOp], UOp]) -> UOp:
+  """u with the BUFFERs in subs replaced and a new(b) for every other BUFFER b, the same one wherever b is"""
+  if (ret:=subs.get(u)) is not None: return ret
+  if u.op is Ops.BUFFER: ret = new(u)
+  else: ret = u.replace(src=tuple(_swap_buffers(s, subs, new) for s in u.src)) if u.src else u
+  subs[u] = ret
+  return ret
+
+def _new_like(b:UOp) -> UOp:
+  if b.src[0].op is not Ops.CONST or not isinstance(b.device, str): raise _NotKept
+  return UOp.new_buffer(b.device, b.src[0].arg, b.dtype)
+
+class _NotKept(Exception): pass
 
 def graph_structure(big_sink:UOp) -> tuple[tuple, list[UOp], list[UOp]]|None:
   """the graph's structure as a hashable key (every node but a buffer's number), its nodes in toposort order and its input buffers,
@@ -78,6 +96,8 @@ def instantiate(t:CallTemplate, nodes:list[UOp], inputs:list[UOp]) -> tuple[UOp,
   subs = dict(zip(t.placeholders, args))
   return UOp(Ops.CALL, dtypes.void, (t.body,)+args, t.call_arg), {nodes[i]:_rebuild(v, subs) for i,v in t.becomes}
 
+# a structure per Python constant a graph holds (`x * lr` with a new lr each step is a new one): the oldest go past this many
+TEMPLATES_KEPT = 4096
 _templates: dict[tuple, CallTemplate|None] = {}
 def cached_transform_to_call(big_sink:UOp, transform_to_call:Callable[[UOp], tuple[UOp, dict[UOp, UOp]]]) -> tuple[UOp, dict[UOp, UOp]]:
   if VIZ or (structure:=graph_structure(big_sink)) is None: return transform_to_call(big_sink)
@@ -87,4 +107,43 @@ def cached_transform_to_call(big_sink:UOp, transform_to_call:Callable[[UOp], tup
     return transform_to_call(big_sink)
   ret, becomes_map = transform_to_call(big_sink)
   _templates[key] = make_template(ret, becomes_map, nodes, inputs)
+  if len(_templates) > TEMPLATES_KEPT: del _templates[next(iter(_templates))]
   return ret, becomes_map
+
+# *** the schedule too: a realize from a template with its compiled linear skips create_linear_with_vars and compile_linear (0.2-0.7 ms)
+
+def make_linear_template(linear:UOp, args:tuple[UOp, ...], placeholders:tuple[UOp, ...]) -> UOp|None:
+  """the compiled linear with the CALL's args as their placeholders and each intermediate buffer as one never allocated; None where
+  it isn't kernels on single-device buffers"""
+  if not all(c.op is Ops.CALL and c.src[0].op is Ops.PROGRAM for c in linear.src): return None
+  def placeholder(b:UOp) -> UOp:
+    if b in buffers and buffers[b].is_allocated(): raise _NotKept   # only the CALL's args hold data
+    return _new_like(b)
+  subs = dict(zip(args, placeholders))
+  try: return linear.replace(src=tuple(c.replace(src=(c.src[0],)+tuple(_swap_buffers(b, subs, placeholder) for b in c.src[1:])) for c in linear.src))
+  except _NotKept: return None
+
+def instantiate_linear(t:CallTemplate, args:tuple[UOp, ...]) -> UOp:
+  assert t.linear is not None
+  subs = dict(zip(t.placeholders, args))
+  return t.linear.replace(src=tuple(c.replace(src=(c.src[0],)+tuple(_swap_buffers(b, subs, _new_like) for b in c.src[1:])) for c in t.linear.src))
+
+def _schedule_kept() -> bool:
+  # DEBUG prints what scheduling does, BEAM, VALIDATE_WITH_CPU and HCQ2 change how the linear compiles, a TinyJit capture takes the linear
+  return not (VIZ or DEBUG >= 1 or BEAM >= 1 or VALIDATE_WITH_CPU or getenv("HCQ2") or not SCACHE or (CAPTURING and len(capturing)))
+
+def realize_from_template(tensors:list, update_stats:bool) -> bool:
+  """realize the Tensors from a kept template, schedule and all; False where they take the long way (Tensor.linear_with_vars)"""
+  if not _schedule_kept() or (structure:=graph_structure(UOp.sink(*[t.uop for t in tensors]))) is None: return False
+  if (t:=_templates.get(key:=structure[0])) is None: return False
+  from tinygrad.tensor import _apply_map_to_tensors
+  ret, becomes_map = instantiate(t, *structure[1:])
+  _apply_map_to_tensors(becomes_map, name="buffers")
+  if t.linear is not None: linear, var_vals = instantiate_linear(t, ret.src[1:]), {}
+  else:
+    linear, var_vals = create_linear_with_vars(ret)
+    linear = link_linear(compile_linear(linear))
+    if not var_vals: t.linear = make_linear_template(linear, ret.src[1:], t.placeholders)
+  ctx = ExecContext(var_vals, (), update_stats)
+  for call in linear.src: track_stats(ctx, call, perf_counter_us(), pm_exec.rewrite(call, ctx))
+  return True
