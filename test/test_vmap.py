@@ -195,6 +195,11 @@ class TestNested(VmapTestCase):
     got = bracket(lambda row: bracket(lambda e: e*e, row, in_axes=1).sum(0), Tensor(x), in_axes=0).numpy()
     self.assert_close(got, np_loop(lambda row: np_loop(lambda e: e*e, row, in_axes=1).sum(0), x))
   def test_depth3_elementwise(self): self.nested(3, lambda e: (e*3).sin(), lambda e: np.sin(e*3), (2, 3, 4, 5), (2, 0, 1))
+  def test_one_vmapin_enters_two_scopes(self):
+    # the outer scope's RANGE and the inner one's in one varg: the inner vmapout leaves an outer VMAPIN for the outer one
+    x, ro, ri = rand(3, 4, 5), vmap_range(3), vmap_range(5)
+    got = (Tensor(x).vmapin((ro, ZERO, ri)) * 2).sum().exp2().vmapout((ri,)).vmapout((ro, ZERO)).numpy()
+    self.assert_close(got, np.exp2((x * 2).sum(1)))
   def test_depth3_movement(self):
     self.nested(3, lambda e: e.reshape(2, 3).transpose().pad(((1, 0), None)), lambda e: np.pad(e.reshape(2, 3).T, ((1, 0), (0, 0))),
                 (2, 3, 6, 4), (0, 2, 0))

@@ -15,7 +15,7 @@ MOVABLE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST} | ({Ops.GEP, Ops.VECTORIZE} if V
 
 def _const(dtype, v) -> UOp:
   # 0.14's lowered program holds a constant as a CAST of a weakint CONST (its renderer inlines the CAST and skips a bare CONST)
-  return UOp.const(dtype, v) if VECTORS else UOp(Ops.CAST, dtype, (UOp.const(int(v), dtypes.weakint),))
+  return UOp.const(dtype, v) if VECTORS else UOp(Ops.CAST, dtype, (UOp.const(int(v), dtypes.weakint),), dtype)
 
 def _registers(lst:list[UOp], group:list[UOp]) -> tuple[list[UOp], list[UOp]]:
   """a register of one element per WHERE of group: the ops that define them, and the INDEX each is stored and loaded through"""
