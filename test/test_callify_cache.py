@@ -133,6 +133,18 @@ class TestScheduleTemplate(unittest.TestCase):
         else: self.assertIs(renamed.setdefault(wu, gu), gu)   # an intermediate: a new buffer of its own, the same one wherever it's used
     self.assertTrue(all(gu is not wu for wu, gu in renamed.items()))
 
+  def test_codegen_settings_compile_again(self):
+    from tinygrad.helpers import Context
+    from tinygrad.uop.ops import KernelInfo
+    a, b = Tensor(rand(5, 3, seed=0)).realize(), Tensor(rand(3, 4, seed=1)).realize()
+    for _ in range(3): self.f(a, b).realize()   # the template and its schedule, with the default opts
+    with Context(NOOPT=1):
+      self.f(a, b).realize()
+      key = callify_cache.graph_structure(UOp.sink(self.f(a, b).uop))[0]
+      self.assertTrue(all(c.src[0].src[0].arg.opts_to_apply is None and not c.src[0].src[0].arg.applied_opts
+                          for c in callify_cache._templates[key].linear.src))
+      np.testing.assert_allclose(self.f(a, b).numpy(), np.maximum(a.numpy() @ b.numpy(), 0).sum(0) + a.numpy().max(), rtol=1e-5)
+
   def test_tinyjit_captures_after_eager_calls(self):
     from tinygrad import TinyJit
     jf = TinyJit(self.f)

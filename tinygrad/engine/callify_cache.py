@@ -14,6 +14,7 @@ from tinygrad.helpers import VIZ, DEBUG, BEAM, SCACHE, CAPTURING, VALIDATE_WITH_
 from tinygrad.uop.ops import buffers
 from tinygrad.schedule import create_linear_with_vars
 from tinygrad.engine.realize import capturing, compile_linear, link_linear, ExecContext, track_stats, pm_exec
+from tinygrad.codegen import to_program_config
 
 # the ops a kept graph may hold; transform_to_call only tags, makes CONTIGUOUS a store into a new buffer and drops DETACH there
 _PLAIN_OPS = GroupOp.ALU | GroupOp.Movement | {Ops.CAST, Ops.CONST, Ops.STACK, Ops.REDUCE, Ops.BUFFER, Ops.CONTIGUOUS, Ops.DETACH,
@@ -36,6 +37,7 @@ class CallTemplate:
   placeholders: tuple[UOp, ...]         # per CALL arg, a BUFFER that stands for it in `becomes` and `linear` (never allocated)
   becomes: tuple[tuple[int, UOp], ...]  # (index of a node in the graph's toposort, what it becomes: a view of placeholders)
   linear: UOp|None = None               # the compiled schedule on placeholders (and never allocated intermediates), once realized from here
+  linear_config: tuple = ()             # the codegen settings it was compiled with (to_program_config: NOOPT, DEVECTORIZE, ...)
 
 def _rebuild(u:UOp, subs:dict[UOp, UOp]) -> UOp:
   """u with subs replaced (a view: a short chain of movement ops, so no graph_rewrite)"""
@@ -139,11 +141,13 @@ def realize_from_template(tensors:list, update_stats:bool) -> bool:
   from tinygrad.tensor import _apply_map_to_tensors
   ret, becomes_map = instantiate(t, *structure[1:])
   _apply_map_to_tensors(becomes_map, name="buffers")
-  if t.linear is not None: linear, var_vals = instantiate_linear(t, ret.src[1:]), {}
+  config = tuple(x.value for x in to_program_config)
+  if t.linear is not None and t.linear_config == config:
+    linear, var_vals = instantiate_linear(t, ret.src[1:]), {}
   else:
     linear, var_vals = create_linear_with_vars(ret)
     linear = link_linear(compile_linear(linear))
-    if not var_vals: t.linear = make_linear_template(linear, ret.src[1:], t.placeholders)
+    if not var_vals: t.linear, t.linear_config = make_linear_template(linear, ret.src[1:], t.placeholders), config
   ctx = ExecContext(var_vals, (), update_stats)
   for call in linear.src: track_stats(ctx, call, perf_counter_us(), pm_exec.rewrite(call, ctx))
   return True
