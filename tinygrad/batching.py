@@ -162,8 +162,8 @@ def _placeholder(leaf:UOp, i:int) -> UOp:
 def _rebuild(u:UOp, subs:dict[UOp, UOp]) -> UOp:
   """u with the nodes in subs replaced (each node once: subs is the memo)"""
   if (ret:=subs.get(u)) is not None: return ret
-  src = tuple(_rebuild(s, subs) for s in u.src)
-  ret = subs[u] = u if all(a is b for a,b in zip(src, u.src)) else u.replace(src=src)
+  src = tuple([_rebuild(s, subs) for s in u.src])
+  ret = subs[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg, u.tag)
   return ret
 
 def _make_template(batched:UOp, leaves:list[UOp]) -> ScopeTemplate|None:
