@@ -53,6 +53,12 @@ class TestCPUGraph(unittest.TestCase):
     self.check_counts(jf, counts, K)
     if COMMAND_BUFFERS: self.assertTrue(is_command_buffer(jf))
 
+  def test_many_kernels_under_spec2(self):
+    # SPEC=2 checks every UOp as it is built: a command buffer's GETADDRs of memory-planned views (arena slices) too
+    from tinygrad.helpers import Context
+    with cpu_graph(), Context(SPEC=2): jf, counts = self.replays(K)
+    self.check_counts(jf, counts, K)
+
   def test_few_kernels_launch_one_by_one(self):
     with cpu_graph(): jf, counts = self.replays(3)
     self.check_counts(jf, counts, 3)

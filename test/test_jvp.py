@@ -337,6 +337,14 @@ class TestVmap(JvpTestCase):
   def test_vmap_of_jvp(self):
     xs, ts = rand(6, 5), rand(6, 5)
     self.assert_close(vmap(lambda x, t: jvp(self.f, (x,), (t,))[1])(T(xs), T(ts)).numpy(), np_loop(self.df, xs, ts))
+  def test_vmap_of_jacfwd_through_contiguous_under_spec2(self):
+    # jacfwd's tangents are made of constants, which have no device: Tensor.contiguous leaves such a value as it is, and so must its
+    # tangent rule, or SPEC=2's check that the graph renders back to itself fails
+    from tinygrad import jacfwd
+    from tinygrad.helpers import Context
+    xs = rand(3, 2)
+    with Context(SPEC=2): got = vmap(jacfwd(lambda x: (-(-x)).contiguous().sin()))(T(xs)).numpy()
+    self.assert_close(got, np_loop(lambda x: np.diag(np.cos(x)), xs))
   def test_vmap_of_jvp_unbatched_weight(self):
     # the weight is outside the scope and has a tangent too: the tangent of each example gets the weight's tangent
     xs, ts, w, tw = rand(6, 4), rand(6, 4), rand(4), rand(4)

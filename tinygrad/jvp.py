@@ -45,7 +45,11 @@ def reduce_tangent(t:UOp, ret:UOp, op:Ops, red:Callable[..., UOp]) -> UOp:
 def _zero_jvp(ctx, ret): return None
 # linear and structural ops: the same op, with ret's arg and other srcs, on the tangent. VMAPIN/VMAPOUT keep their vargs: the tangent of
 # a value inside a scope is inside the same scope
-def _linear_jvp(ctx, ret): return None if ctx[0] is None else UOp(ret.op, ctx[0].dtype, (ctx[0],)+ret.src[1:], ret.arg)
+def _linear_jvp(ctx, ret):
+  if ctx[0] is None: return None
+  # a tangent made of constants has no device, and Tensor.contiguous leaves such a value as it is
+  if ret.op is Ops.CONTIGUOUS and ctx[0].device is None: return ctx[0]
+  return UOp(ret.op, ctx[0].dtype, (ctx[0],)+ret.src[1:], ret.arg)
 def _cast_jvp(ctx, ret): return ctx[0].cast(ret.dtype) if dtypes.is_float(ret.dtype) else None
 def _bitcast_jvp(ctx, ret): _no_tangent(ret.op, "reinterpreting the bits of a value with a nonzero tangent is not differentiable")
 def _neg_jvp(ctx, ret): return -ctx[0]
