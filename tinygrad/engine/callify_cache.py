@@ -20,7 +20,7 @@ from tinygrad.codegen import to_program_config
 _PLAIN_OPS = GroupOp.ALU | GroupOp.Movement | {Ops.CAST, Ops.CONST, Ops.STACK, Ops.REDUCE, Ops.BUFFER, Ops.CONTIGUOUS, Ops.DETACH,
                                                Ops.CONTIGUOUS_BACKWARD, Ops.SINK}
 # where a host buffer or a file is read or written, transform_to_call makes copies and views of its own
-_SPECIAL_DEVICES = ("DISK", "TINYFS", "NPY", "PYTHON")
+_SPECIAL_DEVICES = ("DISK", "TINYFS", "NPY")
 
 @dataclass(frozen=True)
 class NewBuffer:
