@@ -66,7 +66,7 @@ class TestCallifyCacheHits(unittest.TestCase):
       self.assertNotIn(g, inputs)   # a new output buffer
       renamed[w] = g
     self.assertEqual(set(got_map), set(want_map))
-    for k, v in got_map.items(): self.assertIs(v, callify_cache._rebuild(want_map[k], dict(renamed)))
+    for k, v in got_map.items(): self.assertIs(v, callify_cache._swap_buffers(want_map[k], dict(renamed)))
 
   def test_same_buffer_twice_is_another_graph(self):
     x, y = rand(4, seed=0), rand(4, seed=1)

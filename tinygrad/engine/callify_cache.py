@@ -39,16 +39,11 @@ class CallTemplate:
   linear: UOp|None = None               # the compiled schedule on placeholders (and never allocated intermediates), once realized from here
   linear_config: tuple = ()             # the codegen settings it was compiled with (to_program_config: NOOPT, DEVECTORIZE, ...)
 
-def _rebuild(u:UOp, subs:dict[UOp, UOp]) -> UOp:
-  """u with subs replaced (a view: a short chain of movement ops, so no graph_rewrite)"""
+def _swap_buffers(u:UOp, subs:dict[UOp, UOp], new:Callable[[UOp], UOp]|None=None) -> UOp:
+  """u with the nodes in subs replaced and, with `new`, a new(b) for every other BUFFER b, the same one wherever b is (a view or a
+  kernel's args: a few nodes, so no graph_rewrite)"""
   if (ret:=subs.get(u)) is not None: return ret
-  ret = subs[u] = u.replace(src=tuple(_rebuild(s, subs) for s in u.src)) if u.src else u
-  return ret
-
-def _swap_buffers(u:UOp, subs:dict[UOp, UOp], new:Callable[[UOp], UOp]) -> UOp:
-  """u with the BUFFERs in subs replaced and a new(b) for every other BUFFER b, the same one wherever b is"""
-  if (ret:=subs.get(u)) is not None: return ret
-  if u.op is Ops.BUFFER: ret = new(u)
+  if u.op is Ops.BUFFER and new is not None: ret = new(u)
   else: ret = u.replace(src=tuple(_swap_buffers(s, subs, new) for s in u.src)) if u.src else u
   subs[u] = ret
   return ret
@@ -90,13 +85,13 @@ def make_template(ret:UOp, becomes_map:dict[UOp, UOp], nodes:list[UOp], inputs:l
   becomes: list[tuple[int, UOp]] = []
   for k, v in becomes_map.items():
     if k not in node_index or any(u.op is Ops.BUFFER and u not in placeholders for u in v.toposort()): return None
-    becomes.append((node_index[k], _rebuild(v, dict(placeholders))))
+    becomes.append((node_index[k], _swap_buffers(v, dict(placeholders))))
   return CallTemplate(ret.src[0], ret.arg, tuple(args), tuple(placeholders.values()), tuple(becomes))
 
 def instantiate(t:CallTemplate, nodes:list[UOp], inputs:list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   args = tuple(inputs[a] if isinstance(a, int) else UOp.new_buffer(a.device, a.size, a.dtype) for a in t.args)
   subs = dict(zip(t.placeholders, args))
-  return UOp(Ops.CALL, dtypes.void, (t.body,)+args, t.call_arg), {nodes[i]:_rebuild(v, subs) for i,v in t.becomes}
+  return UOp(Ops.CALL, dtypes.void, (t.body,)+args, t.call_arg), {nodes[i]:_swap_buffers(v, subs) for i,v in t.becomes}
 
 # a structure per Python constant a graph holds (`x * lr` with a new lr each step is a new one): the oldest go past this many
 TEMPLATES_KEPT = 4096
