@@ -75,9 +75,12 @@ SCALING_N_QUICK = [10**2, 10**3]
 GPU_SCALE = 10
 GPU_IMPLS = ("vmap", "vmap_jit", "vmap_jit_beam", "hand", "hand_jit", "jax", "torch")
 def bench_device() -> str|None: return os.environ.get("BENCH_DEVICE") or None
+def device_select(device:str) -> dict[str, str]:
+  """how this line's tinygrad picks a device: CUDA=1 on 0.12, DEV=CUDA on 0.14 (whose CUDA=1 is an error), as its cpu_env picks the CPU"""
+  return {"DEV": device} if "DEV" in fork.pin(ROOT)["cpu_env"] else {device: "1"}
 def device_env(device:str) -> dict[str, str]:
   gpu = device in ("CUDA", "NV")
-  return {device: "1", "CCACHE": "0", "IGNORE_BEAM_CACHE": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "JAX_ENABLE_X64": "0", "BENCH_DEVICE": device,
+  return {**device_select(device), "CCACHE": "0", "IGNORE_BEAM_CACHE": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "JAX_ENABLE_X64": "0", "BENCH_DEVICE": device,
           "JAX_PLATFORMS": "cuda" if gpu else "cpu", "JAX_DEFAULT_MATMUL_PRECISION": "highest"}
 
 # the rows that need what a line doesn't have yet: on 0.14 the pad+reduce idiom's OUTER ranges (upstream removed OUTER), skipped saying so
@@ -676,7 +679,7 @@ def pristine() -> Path|None:
 def spawn(tasks:list[dict], timeout:float) -> list[dict]:
   vanilla = any(t.get("impl") == "pad_outer_vanilla" for t in tasks)
   # the GPU table's workers see its device alone (tinygrad picks the first device variable it finds)
-  base = {k:v for k,v in os.environ.items() if not (bench_device() and k in ("CPU", "CUDA", "NV", "CL", "METAL", "AMD", "LLVM", "PYTHON"))}
+  base = {k:v for k,v in os.environ.items() if not (bench_device() and k in ("CPU", "CUDA", "NV", "CL", "METAL", "AMD", "LLVM", "PYTHON", "DEV"))}
   env = {**base, **(device_env(bench_device()) if bench_device() else THREAD_ENV),
          "PYTHONPATH": os.pathsep.join([str(pristine() if vanilla else ROOT), str(BENCH)] +
                                        ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
@@ -859,7 +862,10 @@ def main():
     data = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "device": a.device, "gpu": gpu_info(), "machine": machine(),
             "versions": versions(), "env": device_env(a.device), "copy_gbps": bw, "rows": rows, "errors": errors, "wrong": wrong}
     if a.json: Path(a.json).write_text(json.dumps(data, indent=1))
-    if write:
+    if write and not DEFAULT_LINE:   # another upstream line: its run beside the default line's table, which it leaves alone
+      (BENCH/f"results-gpu-{LINE}.json").write_text(json.dumps(data, indent=1))
+      print(f"wrote {BENCH/f'results-gpu-{LINE}.json'}")
+    elif write:
       (BENCH/"results-gpu.json").write_text(json.dumps(data, indent=1))
       (BENCH/"results-gpu-after.json").unlink(missing_ok=True)   # a later run of some rows: a new full run supersedes it
       write_gpu_results(data)
