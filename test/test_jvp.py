@@ -176,6 +176,13 @@ class TestStructural(JvpTestCase):
     self.assert_close(dy.numpy(), np.zeros((2, 3)))
 
 class TestApi(JvpTestCase):
+  def test_constant_outputs_are_on_the_primals_device(self):
+    # a Tensor of constants alone has no device on 0.14 (and would realize on the CPU): jvp puts a zero tangent and a constant output on
+    # the primals' device
+    x = T(rand(3))
+    y, dy = jvp(lambda x: ((x*3).cast(dtypes.int32), Tensor(2.0)), (x,), (T(rand(3)),))
+    self.assertEqual([t.device for t in y + dy], [x.device]*4)
+    np.testing.assert_equal(dy[0].numpy(), np.zeros(3, np.int32))
   def test_several_arguments(self):
     x, y, z = rand(4), rand(4), pos(4)
     tx, ty, tz = rand(4), rand(4), rand(4)

@@ -73,6 +73,14 @@ class TestCompositions(VmapTestCase):
     self.each(check)
 
 class TestJacobians(VmapTestCase):
+  def test_constant_jacobian_is_on_the_arguments_device(self):
+    # a constant Jacobian has no device on 0.14 (and would realize on the CPU): it goes on the argument's device
+    x = Tensor(rand(3))
+    for jac in (jacfwd, jacrev):
+      with self.subTest(jac=jac.__name__):
+        out = jac(lambda x: {"s": x.sum(), "z": (x*0).floor()})(x)
+        self.assertEqual([out["s"].device, out["z"].device], [x.device]*2)
+        self.assert_close(out["s"].numpy(), np.ones(3))
   def test_shapes(self):
     for xshape, f in [((), lambda x: x*x), ((3,), lambda x: x.sum()), ((3,), lambda x: x*2), ((2, 3), lambda x: x.T.exp()),
                       ((3,), lambda x: x.reshape(3, 1) * x.reshape(1, 3))]:

@@ -29,6 +29,9 @@ class TestShardedBatch(VmapTestCase):
     self.assert_close(got.numpy(), want)
 
   def test_elementwise(self): self.sharded(lambda x: x*x - 2*x)
+  def test_constant_output(self):
+    # a constant has no device on 0.14: vmap puts it on the batch's devices, sharded on its batch axis
+    for out_axes in (0, 1): self.sharded(lambda x: Tensor.ones(2)*1.5, nfn=lambda x: np.full(2, 1.5), out_axes=out_axes)
   def test_three_devices(self): self.sharded(lambda x: (x*2).sum() + x.max(), n_dev=3)
   def test_mapped_axis_not_first(self): self.sharded(lambda x: x.exp().sum(), nfn=lambda x: np.exp(x).sum(), shape=(3, 4), in_axis=1)
   def test_out_axis(self): self.sharded(lambda x: x*3, shape=(5,), out_axes=1)

@@ -83,6 +83,11 @@ def cpu_devices_missing() -> str|None:
   except Exception as e: return f"the CPU devices these tests shard over can't compile here (CC={os.environ.get('CC', 'clang')}: {type(e).__name__})"
   return None
 
+def on_test_device(t:Tensor) -> Tensor:
+  """t where the tests run: 0.14 realizes a Tensor of constants alone (no device: a scalar Tensor, a constant gradient) on the CPU,
+  which a GPU machine may not compile for; a test of what such a Tensor holds reads it on the tests' device"""
+  return t if t.device is not None else Tensor(t.uop.clone(device=Device.DEFAULT))
+
 def skip_without_cpu_devices():
   """setUpModule of a module whose tests shard over CPU devices"""
   if (why:=cpu_devices_missing()) is not None: raise unittest.SkipTest(why)

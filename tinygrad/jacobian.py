@@ -9,8 +9,9 @@ import inspect, itertools, operator
 from typing import Callable
 from tinygrad.dtype import dtypes
 from tinygrad.tensor import Tensor
+from tinygrad.device import Device
 from tinygrad.vmap import vmap
-from tinygrad.jvp import jvp, fresh_copy, tracing, untraced
+from tinygrad.jvp import jvp, fresh_copy, tracing, untraced, on_device_tree
 from tinygrad.pytree import tree_leaves, tree_unflatten, tree_map_skip_none
 
 def _as_int(i) -> int|None:
@@ -108,7 +109,7 @@ def jacrev(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
       def vjp(ct:Tensor): return _gradient(y, xs, ct.reshape(y.shape).cast(y.dtype))
       grads = vmap(vjp)(_eye(y.numel(), y.dtype, y.device))
       return _per_argument(args, nums, argnums, [g.reshape(y.shape + x.shape) for x,g in zip(xs, grads)])
-    jac = untraced(tree_map_skip_none(jacobian_of_output, out), xs)
+    jac = on_device_tree(untraced(tree_map_skip_none(jacobian_of_output, out), xs), xs[0].device or Device.DEFAULT)
     return (jac, untraced(aux, xs)) if has_aux else jac
   return jacobian
 

@@ -12,7 +12,8 @@ from tinygrad.uop.ops import UOp, Ops, GroupOp
 try: from tinygrad.gradient import prod_of_others         # 0.12 (its fix-gradient-prod-zero topic)
 except ImportError: from tinygrad.mixin.gradient import prod_of_others  # 0.14 (the same topic there)
 from tinygrad.tensor import Tensor
-from tinygrad.transform_state import TRANSFORMS
+from tinygrad.transform_state import TRANSFORMS, on_device
+from tinygrad.device import Device
 from tinygrad.pytree import tree_leaves, tree_leaves_as, tree_unflatten, tree_map_skip_none, tree_structure, same_structure
 
 # a zero tangent is None: rules skip the terms it would give, so the parts of a graph the inputs don't reach build no tangent graph
@@ -236,4 +237,9 @@ def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]
     raise TypeError(f"jvp: fn must return a Tensor or a tuple/list/dict of Tensors (or None), got a {type(bad[0]).__name__}")
   tangents_out = iter(jvp_tensors(outs, fresh, flat_tangents))
   copies = [f for f,t in zip(fresh, flat_tangents) if t is not None]
-  return untraced(out, copies), untraced(tree_map_skip_none(lambda _: next(tangents_out), out), copies)
+  device = next((x.device for x in flat_primals if x.device is not None), Device.DEFAULT)
+  return tuple(on_device_tree(untraced(t, copies), device) for t in (out, tree_map_skip_none(lambda _: next(tangents_out), out)))
+
+def on_device_tree(tree, device):
+  """tree's Tensors as a transform hands them to its caller: a constant one (a zero tangent) on `device` (transform_state.on_device)"""
+  return tree_map_skip_none(lambda t: on_device(t, device), tree)

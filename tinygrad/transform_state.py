@@ -40,3 +40,15 @@ class TransformState:
     return t
 
 TRANSFORMS = TransformState()
+
+def on_device(t, device:str|tuple[str, ...], axis:int|None=None):
+  """t as a transform hands it to its caller. On 0.14 a Tensor made of constants alone has no device (CONSTs have none) and realizes on
+  the CPU (Tensor._buffer), which a GPU machine may not compile for: a constant output (a number fn returned, a zero tangent, a
+  Jacobian's unrelated block) goes on the inputs' `device` as Tensor.full puts a constant on one. With a batch sharded over a tuple of
+  devices it is sharded on its batch `axis` (None: replicated), also on 0.12, whose constants are on the default device. Anything else,
+  and anything inside another transform (whose kernels the constant is part of), is returned as it is"""
+  if type(t).__name__ != "Tensor" or TRANSFORMS.vmap_scopes or TRANSFORMS.tracers: return t
+  if t.uop.device is None: t = type(t)(t.uop.clone(device=device[0] if isinstance(device, tuple) and axis is not None else device))
+  elif not isinstance(device, tuple) or not isinstance(t.device, str) or any(u.op is Ops.BUFFER for u in t.uop.toposort()): return t
+  if not isinstance(device, tuple) or t.device == device: return t
+  return t.shard(device, axis % t.ndim) if axis is not None else t.to(device)

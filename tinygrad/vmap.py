@@ -9,10 +9,11 @@ import contextlib, functools, gc, inspect, weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinygrad.dtype import dtypes
+from tinygrad.device import Device
 from tinygrad.uop.ops import UOp, Ops, GroupOp, AxisType, sint
 from tinygrad.tensor import Tensor, is_numpy_ndarray   # tensor.py has it on both lines (0.12 imports it from helpers)
 from tinygrad.pytree import tree_map, tree_leaves
-from tinygrad.transform_state import TRANSFORMS, KEPT
+from tinygrad.transform_state import TRANSFORMS, KEPT, on_device
 
 def vmap_range(size:sint, axis_type:AxisType=AxisType.LOOP) -> UOp:
   """a fresh RANGE for one vmap scope (an id of its own: TRANSFORMS.fresh_range). LOOP runs the batch as a loop inside the kernels, OUTER
@@ -166,6 +167,7 @@ class _BatchedInputs:
   kwarg_axes: dict[str, Any]
   size: int
   devices: tuple[str, ...]|None
+  device: str|tuple[str, ...]   # where a constant output goes (on_device): the batch's devices, else a mapped input's, else the default
 
 def _batch_size(mapped:list[tuple[str, int, Tensor]], axis_size:int|None) -> int:
   """the size of the batch: the mapped axes of the inputs and axis_size must agree on it"""
@@ -207,7 +209,10 @@ def _process_batched_inputs(args:tuple, kwargs:dict[str, Any], in_axes, axis_siz
   arg_axes = [tree_map(batch_axis, a, in_axes[i] if isinstance(in_axes, (tuple, list)) else in_axes, names[i], "vmap in_axes")
               for i,a in enumerate(args)]
   kwarg_axes = {k: tree_map(batch_axis, v, 0, f"argument {k}", "vmap in_axes") for k,v in kwargs.items()}
-  return _BatchedInputs(args, kwargs, arg_axes, kwarg_axes, _batch_size(mapped, axis_size), _batch_devices(mapped))
+  devices = _batch_devices(mapped)
+  device = devices or next((x.device for _,_,x in mapped if x.device is not None), None) or \
+    next((x.device for x in tree_leaves([args, kwargs]) if isinstance(x, Tensor) and x.device is not None), Device.DEFAULT)
+  return _BatchedInputs(args, kwargs, arg_axes, kwarg_axes, _batch_size(mapped, axis_size), devices, device)
 
 def _is_filled_const(u:UOp) -> bool:
   """a fresh buffer filled with a value made of constants (0.14's Tensor.ones/full: AFTER(BUFFER, STORE(BUFFER, const)), not yet realized)"""
@@ -356,6 +361,7 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
   def vmapped(*args, **kwargs):
     inputs = _process_batched_inputs(args, kwargs, in_axes, axis_size, arg_names(len(args)))
     if inputs.size == 0 or chunk_size is None or chunk_size >= inputs.size:
-      return _flat_vmap(fn, inputs, out_axes, _Scope(inputs.size, (vmap_range(inputs.size),), randomness, 0, inputs.size, devices=inputs.devices))
-    return _chunked_vmap(fn, inputs, out_axes, chunk_size, randomness)
+      ret = _flat_vmap(fn, inputs, out_axes, _Scope(inputs.size, (vmap_range(inputs.size),), randomness, 0, inputs.size, devices=inputs.devices))
+    else: ret = _chunked_vmap(fn, inputs, out_axes, chunk_size, randomness)
+    return tree_map(lambda y, axis, _path: on_device(y, inputs.device, axis), ret, out_axes, "output", "vmap out_axes")
   return vmapped
