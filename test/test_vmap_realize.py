@@ -109,6 +109,14 @@ class TestLaunchCounts(StackFlattenPick, NestedScopesCase):
       self.assertEqual(kernels(y.realize), 0)
     self.assert_close(y.numpy(), np.stack([spjac(e, NP) for e in x]))
 
+  def test_permuted_output_is_written_in_its_order(self):
+    # a per-example output that is a permute of elementwise ops (a gradient through a matmul's transposed weight) is computed in the
+    # output's order, as the hand-batched expression is: realized, it is its buffer, not a transposed one read through a view
+    x, w = rand(6, 4), rand(6, 3)
+    y = vmap(lambda x, w: (x.reshape(4, 1) * w.reshape(1, 3).exp()).T)(Tensor(x), Tensor(w)).realize()
+    self.assertEqual(kernels(lambda: y.numpy()), 0)
+    self.assert_close(y.numpy(), np.stack([(a.reshape(4, 1) * np.exp(b.reshape(1, 3))).T for a, b in zip(x, w)]))
+
   # vmap never launches more than the same batch written by hand (on 0.14 it is that code: the same kernels)
   def test_no_more_launches_than_hand_batched(self):
     x = Tensor(rand(10, 4)).realize()
