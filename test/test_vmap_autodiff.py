@@ -7,7 +7,7 @@ from tinygrad import Tensor, UOp, dtypes, vmap, jvp, jacfwd, jacrev, hessian
 from tinygrad.uop.ops import AxisType
 from tinygrad.jvp import jvp_tensors
 from tinygrad.vmap import varg
-from vmap_oracle import VmapTestCase, rand, kernels, np_softmax, param, schedule_cache_size
+from vmap_oracle import VmapTestCase, rand, kernels, np_softmax, param, schedule_cache_size, cpu_devices_missing
 
 def np_jac(nfn, x:np.ndarray, h=1e-6) -> np.ndarray:
   """the Jacobian of nfn at x by central differences: shape out.shape + x.shape"""
@@ -81,6 +81,14 @@ class TestJacobians(VmapTestCase):
         out = jac(lambda x: {"s": x.sum(), "z": (x*0).floor()})(x)
         self.assertEqual([out["s"].device, out["z"].device], [x.device]*2)
         self.assert_close(out["s"].numpy(), np.ones(3))
+  def test_constant_jacobian_on_another_device(self):
+    # 0.14's basis (an eye) has no device: a Jacobian that doesn't depend on x's values (of x*2) is on x's device all the same
+    if (why:=cpu_devices_missing()) is not None: self.skipTest(why)
+    x = Tensor(rand(3), device="CPU:1")
+    for jac in (jacfwd, jacrev):
+      with self.subTest(jac=jac.__name__):
+        self.assertEqual(jac(lambda x: x*2)(x).device, "CPU:1")
+        self.assert_close(jac(lambda x: x*2)(x).numpy(), np.eye(3)*2)
   def test_shapes(self):
     for xshape, f in [((), lambda x: x*x), ((3,), lambda x: x.sum()), ((3,), lambda x: x*2), ((2, 3), lambda x: x.T.exp()),
                       ((3,), lambda x: x.reshape(3, 1) * x.reshape(1, 3))]:

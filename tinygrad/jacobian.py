@@ -9,9 +9,8 @@ import inspect, itertools, operator
 from typing import Callable
 from tinygrad.dtype import dtypes
 from tinygrad.tensor import Tensor
-from tinygrad.device import Device
 from tinygrad.vmap import vmap
-from tinygrad.jvp import jvp, fresh_copy, tracing, untraced, on_device_tree
+from tinygrad.jvp import jvp, fresh_copy, tracing, untraced
 from tinygrad.pytree import tree_leaves, tree_unflatten, tree_map_skip_none
 
 def _as_int(i) -> int|None:
@@ -75,7 +74,8 @@ def jacfwd(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
     returned_aux: list = []   # what fn returned as aux, before vmap
     basis = _eye(sum(x.numel() for x in xs), xs[0].dtype, xs[0].device)
     # aux comes from the primal alone: it doesn't depend on the basis direction, so it leaves the vmap as it is (out_axes None)
-    batched = vmap(directional_derivative, out_axes=(-1, None) if has_aux else -1)(basis)
+    # xs go along unmapped so a constant Jacobian lands on their device (0.14's basis, an eye, has none: transform_state.on_device)
+    batched = vmap(lambda e, *_: directional_derivative(e), in_axes=(0,)+(None,)*len(xs), out_axes=(-1, None) if has_aux else -1)(basis, *xs)
     cols, aux = batched if has_aux else (batched, None)
     # vmap made aux's Python numbers Tensors: the ones fn returned are given back as they were, as JAX does
     if has_aux:
@@ -107,9 +107,9 @@ def jacrev(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
     def jacobian_of_output(y):
       if not isinstance(y, Tensor): raise TypeError(f"jacrev: fn must return Tensors, got {type(y).__name__}")
       def vjp(ct:Tensor): return _gradient(y, xs, ct.reshape(y.shape).cast(y.dtype))
-      grads = vmap(vjp)(_eye(y.numel(), y.dtype, y.device))
+      grads = vmap(lambda ct, *_: vjp(ct), in_axes=(0,)+(None,)*len(xs))(_eye(y.numel(), y.dtype, y.device), *xs)   # xs: as in jacfwd
       return _per_argument(args, nums, argnums, [g.reshape(y.shape + x.shape) for x,g in zip(xs, grads)])
-    jac = on_device_tree(untraced(tree_map_skip_none(jacobian_of_output, out), xs), xs[0].device or Device.DEFAULT)
+    jac = untraced(tree_map_skip_none(jacobian_of_output, out), xs)
     return (jac, untraced(aux, xs)) if has_aux else jac
   return jacobian
 
