@@ -133,6 +133,29 @@ class TestScheduleTemplate(unittest.TestCase):
         else: self.assertIs(renamed.setdefault(wu, gu), gu)   # an intermediate: a new buffer of its own, the same one wherever it's used
     self.assertTrue(all(gu is not wu for wu, gu in renamed.items()))
 
+  def test_views_lie_where_the_long_way_puts_them(self):
+    # the memory planner puts intermediates in one buffer, as views of it: a realize from the template takes each view's place from the
+    # template, where UOp.buffer would find it with a graph_rewrite per kernel arg
+    from tinygrad.uop.ops import buffers
+    f = lambda a, b: (a @ b).softmax(0).sum(0)   # its max and sum over axis 0 are kernels of their own: intermediates
+    a, b = Tensor(rand(5, 3, seed=0)).realize(), Tensor(rand(3, 4, seed=1)).realize()
+    for _ in range(2): f(a, b).realize()
+    key, nodes, inputs = callify_cache.graph_structure(UOp.sink(f(a, b).uop))
+    call, _ = callify_cache.instantiate(template:=callify_cache._templates[key], nodes, inputs)
+    views = [u for c in callify_cache.instantiate_linear(template, call.src[1:]).src for u in c.src[1:] if u.op is Ops.BITCAST]
+    self.assertGreater(len(views), 0)
+    for v in views:
+      base, offset = v.contiguous_view()
+      self.assertEqual((buffers[v].base, buffers[v].offset, buffers[v].size), (base.base.buffer, offset*base.dtype.itemsize, v.numel()))
+    orig = UOp.contiguous_view
+    try:
+      def searched(_): raise AssertionError("a view's place was searched for again")
+      UOp.contiguous_view = searched
+      out = f(a, b).realize()
+    finally: UOp.contiguous_view = orig
+    m = a.numpy() @ b.numpy()
+    np.testing.assert_allclose(out.numpy(), (np.exp(m - m.max(0)) / np.exp(m - m.max(0)).sum(0)).sum(0), rtol=1e-5)
+
   def test_codegen_settings_compile_again(self):
     from tinygrad.helpers import Context
     from tinygrad.uop.ops import KernelInfo

@@ -5,7 +5,8 @@
 # is kept per structure; a hit builds the CALL on this graph's input buffers and new output buffers, and maps this graph's nodes.
 # Only plain computations are kept: a graph with assigns, copies, calls, bound Variables, bitcasts or several devices takes the long way.
 from __future__ import annotations
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from math import prod
 from typing import Any, Callable
 from tinygrad.uop import Ops, GroupOp
 from tinygrad.uop.ops import UOp
@@ -38,6 +39,7 @@ class CallTemplate:
   becomes: tuple[tuple[int, UOp], ...]  # (index of a node in the graph's toposort, what it becomes: a view of placeholders)
   linear: UOp|None = None               # the compiled schedule on placeholders (and never allocated intermediates), once realized from here
   linear_config: tuple = ()             # the codegen settings it was compiled with (to_program_config: NOOPT, DEVECTORIZE, ...)
+  views: dict = field(default_factory=dict)   # a kernel arg of `linear` that is a view: where it lies in its buffer (contiguous_view)
 
 def _swap_buffers(u:UOp, subs:dict[UOp, UOp], new:Callable[[UOp], UOp]|None=None) -> UOp:
   """u with the nodes in subs replaced and, with `new`, a new(b) for every other BUFFER b, the same one wherever b is (a view or a
@@ -120,10 +122,20 @@ def make_linear_template(linear:UOp, args:tuple[UOp, ...], placeholders:tuple[UO
   try: return linear.replace(src=tuple(c.replace(src=(c.src[0],)+tuple(_swap_buffers(b, subs, placeholder) for b in c.src[1:])) for c in linear.src))
   except _NotKept: return None
 
+_BUFFER_THROUGH = {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.RESHAPE, Ops.UNSHARD, Ops.DETACH, Ops.AFTER}   # UOp.buffer's
 def instantiate_linear(t:CallTemplate, args:tuple[UOp, ...]) -> UOp:
   assert t.linear is not None
   subs = dict(zip(t.placeholders, args))
-  return t.linear.replace(src=tuple(c.replace(src=(c.src[0],)+tuple(_swap_buffers(b, subs, _new_like) for b in c.src[1:])) for c in t.linear.src))
+  def arg(b:UOp) -> UOp:
+    ret = v = _swap_buffers(b, subs, _new_like)
+    # a view's Buffer is its buffer's at the view's offset, which UOp.buffer finds with a graph_rewrite (~0.4 ms a kernel arg): the
+    # template's view (below what UOp.buffer looks through) lies where this one does
+    while b.op in _BUFFER_THROUGH: b, v = b.src[0], v.src[0]
+    if (b is not b.base or b.op is Ops.BITCAST) and v not in buffers:   # the memory planner's intermediates are BITCASTs of a shared buffer
+      if (cv:=t.views.get(b, False)) is False: cv = t.views[b] = b.contiguous_view()
+      if cv is not None: buffers[v] = subs[cv[0].base].buffer.view(prod(v.max_shape), v.dtype, cv[1]*cv[0].dtype.itemsize)
+    return ret
+  return t.linear.replace(src=tuple(c.replace(src=(c.src[0],)+tuple(arg(b) for b in c.src[1:])) for c in t.linear.src))
 
 def _schedule_kept() -> bool:
   # DEBUG prints what scheduling does, BEAM, VALIDATE_WITH_CPU and HCQ2 change how the linear compiles, a TinyJit capture takes the linear
