@@ -150,6 +150,17 @@ class TestShardedGradients(VmapTestCase):
     self.x, self.w = rand(6, 4), rand(4)
     self.loss = lambda x, w: ((x*w).sum() - 1) ** 2
 
+  def test_jacobians_of_a_sharded_argument(self):
+    # a Jacobian with respect to a sharded argument is on its devices, also where it doesn't depend on the argument's values (x*2)
+    from tinygrad import jacfwd, jacrev
+    x = rand(6)
+    for jac in (jacfwd, jacrev):
+      for f, want in ((lambda x: x*2, np.eye(6)*2), (lambda x: x*x, np.diag(2*x))):
+        with self.subTest(jac=jac.__name__):
+          got = jac(f)(Tensor(x).shard(self.devs, axis=0))
+          self.assertEqual(got.device, Tensor(x).shard(self.devs, axis=0).device)
+          self.assert_close(got.numpy(), want)
+
   def test_per_example_gradients(self):
     g = vmap(lambda x, w: self.loss(x, w).gradient(w)[0], in_axes=(0, None))(Tensor(self.x).shard(self.devs, axis=0), Tensor(self.w).to(self.devs))
     self.assert_close(g.numpy(), 2*((self.x @ self.w) - 1)[:, None] * self.x)
