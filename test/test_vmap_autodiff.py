@@ -81,6 +81,7 @@ class TestJacobians(VmapTestCase):
         out = jac(lambda x: {"s": x.sum(), "z": (x*0).floor()})(x)
         self.assertEqual([out["s"].device, out["z"].device], [x.device]*2)
         self.assert_close(out["s"].numpy(), np.ones(3))
+        self.assert_close(out["z"].numpy(), np.zeros((3, 3)))
   def test_constant_jacobian_on_another_device(self):
     # 0.14's basis (an eye) has no device: a Jacobian that doesn't depend on x's values (of x*2) is on x's device all the same
     if (why:=cpu_devices_missing()) is not None: self.skipTest(why)

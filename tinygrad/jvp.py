@@ -238,8 +238,6 @@ def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]
   tangents_out = iter(jvp_tensors(outs, fresh, flat_tangents))
   copies = [f for f,t in zip(fresh, flat_tangents) if t is not None]
   device = next((x.device for x in flat_primals if x.device is not None), Device.DEFAULT)
-  return tuple(on_device_tree(untraced(t, copies), device) for t in (out, tree_map_skip_none(lambda _: next(tangents_out), out)))
-
-def on_device_tree(tree, device):
-  """tree's Tensors as a transform hands them to its caller: a constant one (a zero tangent) on `device` (transform_state.on_device)"""
-  return tree_map_skip_none(lambda t: on_device(t, device), tree)
+  # a constant output or tangent (a zero one) goes on the primals' device (transform_state.on_device)
+  return tuple(tree_map_skip_none(lambda t: on_device(t, device), untraced(tree, copies))
+               for tree in (out, tree_map_skip_none(lambda _: next(tangents_out), out)))

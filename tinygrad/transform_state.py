@@ -48,7 +48,9 @@ def on_device(t, device:str|tuple[str, ...], axis:int|None=None):
   devices it is sharded on its batch `axis` (None: replicated), also on 0.12, whose constants are on the default device. Anything else,
   and anything inside another transform (whose kernels the constant is part of), is returned as it is"""
   if type(t).__name__ != "Tensor" or TRANSFORMS.vmap_scopes or TRANSFORMS.tracers: return t
-  if t.uop.device is None: t = type(t)(t.uop.clone(device=device[0] if isinstance(device, tuple) and axis is not None else device))
-  elif not isinstance(device, tuple) or not isinstance(t.device, str) or any(u.op is Ops.BUFFER for u in t.uop.toposort()): return t
-  if not isinstance(device, tuple) or t.device == device: return t
+  if t.uop.device is None:
+    if isinstance(device, tuple) and axis is not None: return type(t)(t.uop.clone(device=device[0])).shard(device, axis % t.ndim)
+    return type(t)(t.uop.clone(device=device))
+  # 0.12: a constant is on the default device, a batch sharded over several devices puts it on them
+  if isinstance(device, str) or not isinstance(t.device, str) or any(u.op is Ops.BUFFER for u in t.uop.toposort()): return t
   return t.shard(device, axis % t.ndim) if axis is not None else t.to(device)
