@@ -6,11 +6,11 @@ from types import SimpleNamespace
 import numpy as np
 from tinygrad import Tensor, Device, vmap
 from tinygrad.uop.ops import AxisType
-from vmap_oracle import VmapTestCase, rand, nested_batch, nest, np_nest, kernels, np_softmax, realize_with_buffers, SCOPES_IN_SCHEDULER
+from vmap_oracle import VmapTestCase, rand, nested_batch, nest, np_nest, kernels, np_softmax, realize_with_buffers
 
 # a case is f(x, L): the same code runs on one example as a Tensor (L=TG) and, for the oracle, as an ndarray (L=NP)
-TG = SimpleNamespace(stack=Tensor.stack, c=Tensor, expand=lambda t, *s: t.expand(*s))
-NP = SimpleNamespace(stack=lambda *a: np.stack(a), c=lambda a: a, expand=lambda t, *s: np.broadcast_to(t, s))
+TG = SimpleNamespace(stack=Tensor.stack, c=Tensor, expand=lambda t, *s: t.expand(*s), contiguous=Tensor.contiguous)
+NP = SimpleNamespace(stack=lambda *a: np.stack(a), c=lambda a: a, expand=lambda t, *s: np.broadcast_to(t, s), contiguous=lambda a: a)
 V, M, TAN, W, W2 = rand(3, 3), rand(2, 3, 3), rand(3, 3), rand(4, 3), rand(4, 3)
 
 def pick(flat, idxs, L): return L.stack(*[flat[i] for i in idxs])
@@ -18,7 +18,11 @@ def stacked3(x, L): return L.stack(*[x*L.c(v) for v in V]).flatten()
 def jvps(x, L): return L.stack(*[L.c(W) @ (2*x*L.c(t)) for t in TAN]).flatten()   # d/dx W@(x*x) along each tangent: each a reduce
 def jvps_no_reduce(x, L): return L.stack(*[3*x*x*L.c(t) for t in TAN]).flatten()  # d/dx x**3 along each tangent: diagonal
 def reduce_index(x, L): return L.stack(x[:2].sum(), x[2:].sum())[[0, 1]]
+def realized_index(x, L): return L.contiguous(L.stack(x[:2].sum(), x[2:].sum()))[[1, 0, 1]]   # the stack realized inside the scope
 def spjac(x, L): return pick(jvps(x, L), (0, 5, 10, 3, 7, 11), L)   # a sparse Jacobian: entries picked from stacked JVPs
+# one scalar an example broadcast back over it: one kernel for one example, and over a batch
+def normalize(x, L): return x / x.sum()
+def scale_by_norm(x, L): return x * ((x*x).sum() + 1) ** 0.5
 
 def np_log_softmax(x):
   m = x.max(-1, keepdims=True)
@@ -71,6 +75,8 @@ class MultiConsumerNodes:
             nf=lambda x: np.stack([x[:2].sum(), x[2:].sum(), x.max()])[[2, 0, 1, 0]])
   def test_multiple_consumers(self): self.vm(lambda x, L: (y:=x*2).sum()*y + y[[1, 0, 2]].sum(), (3,))
   def test_softmax(self): self.vm(lambda x, L: x.softmax(), (5,), nf=np_softmax)
+  def test_scalar_broadcast_back(self): self.vm(normalize, (5,))
+  def test_scalar_chain_broadcast_back(self): self.vm(scale_by_norm, (5,))
   def test_log_softmax(self): self.vm(lambda x, L: x.log_softmax(), (2, 5), nf=np_log_softmax)
 
 class TestStackFlattenPick(StackFlattenPick, NestedScopesCase): pass
@@ -91,6 +97,13 @@ class TestLaunchCounts(StackFlattenPick, NestedScopesCase):
     self.assertLessEqual(self.launches(spjac, (3,), (10,), how=lambda y: y.realize().numpy()), self.single(spjac, (3,)))
   def test_numpy_without_realize_no_extra_launch(self):
     self.assertLessEqual(self.launches(spjac, (3,), (10,), how=lambda y: y.numpy()), self.single(spjac, (3,)))
+
+  def test_scalar_per_example_same_count_as_single_example(self):
+    self.assertEqual(self.launches(normalize, (5,), (10,)), self.single(normalize, (5,)))
+  def test_scalar_chain_same_count_as_single_example(self):
+    self.assertEqual(self.launches(scale_by_norm, (5,), (10,)), self.single(scale_by_norm, (5,)))
+  def test_nested_scalar_per_example_same_count_as_single_example(self):
+    self.assertEqual(self.launches(normalize, (5,), (3, 10), axes=(1, 0)), self.single(normalize, (5,)))
 
   # nested: a stack of two reduces indexed again (reduce_index) in two scopes
   def test_nested_same_count_as_single_example(self):
@@ -126,21 +139,32 @@ class TestLaunchCounts(StackFlattenPick, NestedScopesCase):
         self.assertLessEqual(self.launches(reduce_index, (4,), (10,), how=how), hand)
 
 class TestIntermediateBuffer(NestedScopesCase):
-  """the realized Tensor.stack(x[:2].sum(), x[2:].sum()) of reduce_index holds every example, not 2 slots all the examples write to.
-  0.14's scheduler realizes the two reduces instead of their stack (hand-batched too): each holds every example's one value"""
-  per_example = 2 if SCOPES_IN_SCHEDULER else 1
+  """a value realized inside a scope (realized_index's stack of two reduces, 2 per example) holds every example, not 2 slots all the
+  examples write to"""
   def intermediate_sizes(self, sizes:tuple[int, ...], axes:tuple[int, ...]) -> list[int]:
     x = nested_batch((4,), axes, sizes)
     X = Tensor(x).realize()
-    y = nest(lambda e: reduce_index(e, TG), axes)(X)
+    y = nest(lambda e: realized_index(e, TG), axes)(X)
     bufs = realize_with_buffers(y)
     ends = (X.uop.base.buffer, y.uop.base.buffer)
     ret = [b.size for b in bufs if not any(b is e for e in ends)]
-    self.assert_close(y.numpy(), np_nest(lambda e: reduce_index(e, NP), axes)(x))
+    self.assert_close(y.numpy(), np_nest(lambda e: realized_index(e, NP), axes)(x))
     return ret
 
-  def test_buffer_holds_batch(self): self.assertIn(5*self.per_example, self.intermediate_sizes((5,), (0,)))
-  def test_nested_buffer_holds_both_batches(self): self.assertIn(3*5*self.per_example, self.intermediate_sizes((3, 5), (1, 0)))
+  def test_buffer_holds_batch(self): self.assertIn(5*2, self.intermediate_sizes((5,), (0,)))
+  def test_nested_buffer_holds_both_batches(self): self.assertIn(3*5*2, self.intermediate_sizes((3, 5), (1, 0)))
+
+class TestScalarPerExampleOutside(VmapTestCase):
+  """a scalar an example that stays in its consumer's kernel (x / x.sum()), with the batch where the loops around it would recompute it:
+  the batch axis last, the batch summed or expanded after the vmap"""
+  def setUp(self): self.x = rand(6, 5)
+  def test_batch_axis_last(self):
+    self.assert_close(vmap(lambda e: normalize(e, TG), out_axes=1)(Tensor(self.x)).numpy(), (self.x / self.x.sum(1, keepdims=True)).T)
+  def test_summed_over_the_batch(self):
+    self.assert_close(vmap(lambda e: normalize(e, TG))(Tensor(self.x)).sum(0).numpy(), (self.x / self.x.sum(1, keepdims=True)).sum(0))
+  def test_expanded_in_front(self):
+    got = vmap(lambda e: normalize(e, TG))(Tensor(self.x))[None].expand(3, 6, 5) * Tensor(W[:3, :1, None])
+    self.assert_close(got.numpy(), (self.x / self.x.sum(1, keepdims=True))[None] * W[:3, :1, None])
 
 class TestOuter(StackFlattenPick, MultiConsumerNodes, NestedScopesCase):
   """AxisType.OUTER runs the scope once per index, one after the other"""

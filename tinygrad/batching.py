@@ -65,8 +65,10 @@ pm_batch = PatternMatcher([
   (UPat(Ops.EXPAND, name="ret"), lambda ctx, ret: _batch_of_batch_axes(ctx, ctx.src[0]._mop(Ops.EXPAND, ret.marg), len(ret.marg))),
   (UPat(Ops.STACK, name="ret"), lambda ctx, ret:
     _batch_of_batch_axes(ctx, UOp(Ops.STACK, ret.dtype, tuple(ctx.full(i) for i in range(len(ret.src)))), 1)),
-  # REDUCE reduces the leading arg[1] axes: those go in front of the batch axes
-  (UPat(Ops.REDUCE, name="ret"), lambda ctx, ret: UOp(Ops.REDUCE, ret.dtype, (_reduced_in_front(ctx, ret.arg[1]),), ret.arg)),
+  # REDUCE reduces the leading arg[1] axes: those go in front of the batch axes. arg[2] counts the batch axes in front of its output, so
+  # the scheduler keeps a scalar an example in its consumer's kernel, as it does for one example (schedule/indexing.py)
+  (UPat(Ops.REDUCE, name="ret"), lambda ctx, ret: UOp(Ops.REDUCE, ret.dtype, (_reduced_in_front(ctx, ret.arg[1]),),
+                                                      ret.arg[:2] + (len(ctx.dims) + (ret.arg[2] if len(ret.arg) > 2 else 0),))),
   # a write of a per-example value into a buffer with no data of its own (clone: AFTER(empty, STORE(empty, value))) is the value: each
   # example gets its own (Tensor.assign and __setitem__ refuse a buffer with data, and set items functionally inside a scope)
   (UPat(Ops.STORE, src=(UPat(), UPat()), name="ret"), lambda ctx, ret: ctx.src[1] if not ctx.batched[0] else None),
