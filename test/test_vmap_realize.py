@@ -104,6 +104,10 @@ class TestLaunchCounts(StackFlattenPick, NestedScopesCase):
     self.assertEqual(self.launches(scale_by_norm, (5,), (10,)), self.single(scale_by_norm, (5,)))
   def test_nested_scalar_per_example_same_count_as_single_example(self):
     self.assertEqual(self.launches(normalize, (5,), (3, 10), axes=(1, 0)), self.single(normalize, (5,)))
+  def test_scalar_over_many_elements_realized_as_hand_batched(self):
+    # on a GPU one example's kernel recomputes its scalar for every element it is broadcast over: past 256 the scalar is realized
+    x = Tensor(rand(10, 300)).realize()
+    self.assertEqual(self.launches(normalize, (300,), (10,)), kernels(lambda: (x / x.sum(1, keepdim=True)).realize()))
 
   # nested: a stack of two reduces indexed again (reduce_index) in two scopes
   def test_nested_same_count_as_single_example(self):
