@@ -47,6 +47,17 @@ class TestTemplateHits(unittest.TestCase):
     for (out,), (A, B) in zip(outs, calls):
       np.testing.assert_allclose(out, np.array([[np.sqrt(((a - b) ** 2).sum()) for b in B] for a in A]), rtol=1e-5)
 
+  def test_outputs_share_one_walk(self):
+    # a gradient's outputs share most of their graph: each output's template is keyed by the walk of the outputs before it too
+    def grads(w1, w2, x): return tuple(((x * w1).sin().sum() * (x * w2).sum()).gradient(w1, w2))
+    f = vmap(grads, in_axes=(None, None, 0))
+    calls = [(rand(3, seed=i), rand(3, seed=5+i), rand(6, 3, seed=10+i)) for i in range(3)]
+    outs, batched = run_calls(f, calls)
+    self.assertEqual(batched, 0)
+    for (g1, g2), (w1, w2, X) in zip(outs, calls):
+      np.testing.assert_allclose(g1, np.stack([np.cos(x * w1) * x * (x * w2).sum() for x in X]), rtol=1e-4, atol=1e-5)
+      np.testing.assert_allclose(g2, np.stack([np.sin(x * w1).sum() * x for x in X]), rtol=1e-4, atol=1e-5)
+
   def test_per_example_gradients(self):
     def loss_grad(w, x, y): return ((x * w).sum() - y).square().gradient(w)[0]
     f = vmap(loss_grad, in_axes=(None, 0, 0))
@@ -77,20 +88,25 @@ class TestTemplateKeys(unittest.TestCase):
 
 class TestTemplateIsBatching(unittest.TestCase):
   def assert_same_batch(self, build_example):
-    """the scope that build_example (a RANGE -> (y, varg)) makes, batched from its template and rule by rule, is one UOp"""
+    """the scope that build_example (a RANGE -> (outputs, varg)) makes, each output batched from its template and rule by rule, is one
+    UOp: the outputs of one scope share their walk and their templates' rebuild"""
     from tinygrad.transform_state import TRANSFORMS
-    r = TRANSFORMS.fresh_range(6)
-    batching.batch_scope(*build_example(r))   # keeps the template
-    y, varg = build_example(TRANSFORMS.fresh_range(6))
-    key, leaves = batching._scope_structure(y, varg)
-    self.assertIsNotNone(template:=batching._templates[key])
-    self.assertIs(batching._rebuild(template.batched, dict(zip(template.placeholders, leaves))), batching._batched(y, varg))
+    ys, varg = build_example(TRANSFORMS.fresh_range(6))
+    with batching.shared_batching():
+      for y in ys: batching.batch_scope(y, varg)   # keeps the templates
+    ys, varg = build_example(TRANSFORMS.fresh_range(6))
+    outs = batching.ScopeOutputs()
+    for y in ys:
+      self.assertTrue(batching._walk_scope(y, varg, outs))
+      self.assertIsNotNone(template:=batching._templates[tuple(outs.key)])
+      outs.rebuilt.update(zip(template.placeholders, outs.leaves))
+      self.assertIs(batching._rebuild(template.batched, outs.rebuilt), batching._batched(y, varg, {}))
 
   def test_elementwise_and_reduce(self):
     x, w = Tensor(rand(6, 4, seed=0)).realize(), Tensor(rand(4, seed=1)).realize()
     def example(r):
       xi = x.uop.vmapin((r, KEPT))
-      return ((xi * w.uop).sum(0) + xi.max(0)).exp2(), (r,)
+      return (((xi * w.uop).sum(0) + xi.max(0)).exp2(),), (r,)
     self.assert_same_batch(example)
 
   def test_enclosing_scope_range_is_a_leaf(self):
@@ -99,7 +115,14 @@ class TestTemplateIsBatching(unittest.TestCase):
     outer = TRANSFORMS.fresh_range(5)
     def example(r):
       xi = x.uop.vmapin((outer, r))   # an example of the inner scope, inside the outer one
-      return (xi * 2 + 1).sqrt(), (r,)
+      return ((xi * 2 + 1).sqrt(),), (r,)
+    self.assert_same_batch(example)
+
+  def test_outputs_sharing_nodes(self):
+    x, w = Tensor(rand(6, 4, seed=0)).realize(), Tensor(rand(4, seed=1)).realize()
+    def example(r):
+      h = (x.uop.vmapin((r, KEPT)) * w.uop).exp2()
+      return (h.sum(0), h.max(0) * 3, h.sum(0)), (r,)   # a shared node, and an output that is an earlier one
     self.assert_same_batch(example)
 
 if __name__ == "__main__":

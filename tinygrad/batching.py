@@ -10,7 +10,7 @@ VMAPOUT. Why this design and not a range that crosses CALLs: docs/internals.md, 
 """
 from __future__ import annotations
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from tinygrad.uop import Ops, GroupOp
 from tinygrad.uop.ops import UOp, PatternMatcher, UPat, sint, ssimplify, graph_rewrite, rewrite_group, TRACK_MATCH_STATS, ParamArg, shape_to_shape_arg
 from tinygrad.dtype import dtypes
@@ -92,23 +92,38 @@ def _aligned(b:UOp, d:tuple[UOp, ...], dims:tuple[UOp, ...]) -> UOp:
   """b, batched over d (a subsequence of dims), with an axis per RANGE of dims in front: size 1 for the ones it doesn't depend on"""
   return b if d == dims else b.reshape(tuple(_size(r) if r in d else 1 for r in dims) + b.shape[len(d):])
 
-# what the batch_scope calls inside shared_batching() rebuilt, per scope (its RANGEs): a node's batch is the same for every output of the scope
-_shared: list[dict[tuple[UOp, ...], dict[UOp, tuple[UOp, tuple[UOp, ...]]]]] = []
+@dataclass
+class ScopeOutputs:
+  """what a scope's outputs batched so far share: the rules' batch of each node, and the structure walked (each node's place in it, the
+  key, the leaves) and the templates' nodes rebuilt. Outside shared_batching() each output starts afresh"""
+  done: dict[UOp, tuple[UOp, tuple[UOp, ...]]] = field(default_factory=dict)
+  index: dict[UOp, int] = field(default_factory=dict)
+  key: list = field(default_factory=list)
+  leaves: list[UOp] = field(default_factory=list)
+  rebuilt: dict[UOp, UOp] = field(default_factory=dict)
+  walkable: bool = True   # False after a walk gave up: the outputs after it take the rules
+
+# per scope (its RANGEs), what the batch_scope calls inside shared_batching() share: a node's batch is the same for every output of it
+_shared: list[dict[tuple[UOp, ...], ScopeOutputs]] = []
 @contextlib.contextmanager
 def shared_batching():
-  """the outputs of one vmapped function, batched one at a time inside, rebuild what they share once (a gradient's outputs share most of
-  their graph: bench W6's three per-example gradients, 1.8 -> 1.3 ms of an 11 ms eager call)"""
+  """the outputs of one vmapped function, batched one at a time inside, walk and rebuild what they share once (a gradient's outputs share
+  most of their graph: bench W6's three per-example gradients)"""
   _shared.append({})
   try: yield
   finally: _shared.pop()
 
 def batch_scope(y:UOp, varg:tuple[UOp, ...]) -> UOp:
   """the batch of y, one example of the scope whose RANGEs are in varg, with its axes where varg says (VMAPOUT's semantics)"""
-  if TRACK_MATCH_STATS >= 2 or DEBUG_RANGEIFY or (structure:=_scope_structure(y, varg)) is None: ret = _batched(y, varg)
-  elif (t:=_templates.get(structure[0])) is not None: ret = _rebuild(t.batched, dict(zip(t.placeholders, structure[1])))
+  ranges = tuple(a for a in varg if a.op is Ops.RANGE)
+  outs = _shared[-1].setdefault(ranges, ScopeOutputs()) if _shared else ScopeOutputs()
+  if TRACK_MATCH_STATS >= 2 or DEBUG_RANGEIFY or not _walk_scope(y, varg, outs): ret = _batched(y, varg, outs.done)
+  elif (t:=_templates.get(key:=tuple(outs.key))) is not None:
+    outs.rebuilt.update(zip(t.placeholders, outs.leaves))
+    ret = _rebuild(t.batched, outs.rebuilt)
   else:
-    ret = _batched(y, varg)
-    if structure[0] not in _templates: _templates[structure[0]] = _make_template(ret, structure[1])
+    ret = _batched(y, varg, outs.done)
+    if key not in _templates: _templates[key] = _make_template(ret, outs.leaves)
     if len(_templates) > TEMPLATES_KEPT: del _templates[next(iter(_templates))]
   if TRACK_MATCH_STATS >= 2: _trace_scope(UOp(Ops.VMAPOUT, y.dtype, (y, *varg)), ret)
   return ret
@@ -127,32 +142,36 @@ class ScopeTemplate:
 TEMPLATES_KEPT = 4096
 _templates: dict[tuple, ScopeTemplate|None] = {}
 
-def _scope_structure(y:UOp, varg:tuple[UOp, ...]) -> tuple[tuple, list[UOp]]|None:
-  """the scope's structure as a hashable key (its own RANGEs by their place in varg, its leaves by op, dtype and shape, a constant (a
-  CONST, a shape's STACK of them) as itself) and its leaves in order; None where it isn't kept (a leaf without a shape or on several
-  devices)"""
+def _walk_scope(y:UOp, varg:tuple[UOp, ...], outs:ScopeOutputs) -> bool:
+  """y's part of the scope's structure, added to the key of the outputs walked before it (the nodes new to the walk: its own RANGEs by
+  their place in varg, its leaves by op, dtype and shape, a constant (a CONST, a shape's STACK of them) as itself, then y's place and
+  varg) and its leaves to theirs; False where it isn't kept (a leaf without a shape or on several devices)"""
+  if not outs.walkable: return False
   ranges = tuple(a for a in varg if a.op is Ops.RANGE)
   def in_scope(u:UOp) -> bool: return any(r in u.ranges for r in ranges)
-  index: dict[UOp, int] = {}
-  key: list = [tuple((ranges.index(a), a.src, a.arg[1:]) if a.op is Ops.RANGE else None for a in varg)]
-  leaves: list[UOp] = []
+  index, key = outs.index, outs.key
   def leaf(u:UOp) -> bool:
     if _is_constant(u): key.append(u)
     else:
       if u._shape is None or isinstance(u.device, tuple): return False
       key.append((u.op, u.dtype, u._shape, u.arg[1:] if u.op is Ops.RANGE else None))
-      leaves.append(u)
+      outs.leaves.append(u)
     index[u] = len(index)
     return True
-  # the toposort of the scope's nodes: a src outside it is a leaf, listed where it is first read
-  for u in ([y] if not in_scope(y) else y.toposort(gate=in_scope)):
-    if u not in index and not in_scope(u):
-      if not leaf(u): return None
+  # the toposort of the scope's nodes not walked before: a src outside the scope is a leaf, listed where it is first read
+  for u in ([y] if not in_scope(y) else y.toposort(gate=lambda u: u not in index and in_scope(u))):
+    if u in index: continue
+    if not in_scope(u):
+      if not leaf(u): break
       continue
-    if not all(s in index or leaf(s) for s in u.src): return None
+    if not all(s in index or leaf(s) for s in u.src): break
     key.append((ranges.index(u), u.src[0]) if u in ranges else (u.op, u.dtype, u.arg, u.tag, tuple(index[s] for s in u.src)))
     index[u] = len(index)
-  return tuple(key), leaves
+  else:
+    key.append((index[y], tuple((ranges.index(a), a.src, a.arg[1:]) if a.op is Ops.RANGE else None for a in varg)))
+    return True
+  outs.walkable = False
+  return False
 
 def _is_constant(u:UOp) -> bool: return u.op is Ops.CONST or (u.op is Ops.STACK and all(s.op is Ops.CONST for s in u.src))
 
@@ -183,10 +202,10 @@ def _scope_name(bracket:UOp, batched:UOp, ret) -> str: return "vmap scope " + va
 @rewrite_group(_scope_name)
 def _trace_scope(bracket:UOp, batched:UOp) -> UOp: return graph_rewrite(bracket, pm_dissolve, ctx={bracket: batched}, name="batch scope")
 
-def _batched(y:UOp, varg:tuple[UOp, ...]) -> UOp:
+def _batched(y:UOp, varg:tuple[UOp, ...], done:dict[UOp, tuple[UOp, tuple[UOp, ...]]]) -> UOp:
+  """y over the batch by the rules, one node at a time (done: the nodes of the scope batched before, for the scope's other outputs)"""
   ranges = tuple(a for a in varg if a.op is Ops.RANGE)
   def in_scope(u:UOp) -> bool: return any(r in u.ranges for r in ranges)
-  done: dict[UOp, tuple[UOp, tuple[UOp, ...]]] = _shared[-1].setdefault(ranges, {}) if _shared else {}
   for u in (scope:=y.toposort(gate=in_scope)):
     if u.op is Ops.RANGE or u in done: continue
     if u.op is Ops.VMAPIN:
