@@ -46,6 +46,22 @@ class TestCompositions(VmapTestCase):
       self.assert_close(tan.numpy(), np.stack([np_jvp(nf, x, t) for x, t in zip(xs, ts)]), atol=1e-6, rtol=1e-6)
     self.each(check)
 
+  def test_jvp_of_vmap_batch_axis_last(self):
+    # the batch put last is a PERMUTE moved into the batched elementwise ops: the argument jvp seeds must stay in the graph as it is
+    def check(f, nf):
+      xs, ts = rand(6, 4), rand(6, 4)
+      _, tan = jvp(vmap(f, out_axes=-1), (Tensor(xs),), (Tensor(ts),))
+      self.assert_close(tan.numpy(), np.stack([np_jvp(nf, x, t) for x, t in zip(xs, ts)], -1), atol=1e-6, rtol=1e-6)
+    self.each(check)
+
+  def test_jacobians_of_vmap_batch_axis_last(self):
+    def check(f, nf):
+      xs = rand(3, 4)
+      want = np_jac(lambda b: np.stack([nf(x) for x in b], -1), xs)
+      for jac in (jacfwd, jacrev):
+        with self.subTest(jac=jac.__name__): self.assert_close(jac(vmap(f, out_axes=-1))(Tensor(xs)).numpy(), want, atol=1e-6, rtol=1e-6)
+    self.each(check)
+
   def test_vmap_of_jacfwd(self):
     def check(f, nf):
       xs = rand(5, 4)

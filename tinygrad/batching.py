@@ -218,19 +218,22 @@ def _batched(y:UOp, varg:tuple[UOp, ...], done:dict[UOp, tuple[UOp, tuple[UOp, .
   b, dims = done.get(y, (y, ()))
   full = BatchCtx(ranges, (_aligned(b, dims, ranges),), (True,)).full(0)   # every RANGE of the scope, also where y doesn't depend on it
   inner = iter(range(len(ranges), len(ranges)+len(y.shape)))
-  ret = _permute_into_elementwise(full.permute(tuple(ranges.index(a) if a.op is Ops.RANGE else next(inner) for a in varg)), {})
+  ret = _permute_into_elementwise(full.permute(tuple(ranges.index(a) if a.op is Ops.RANGE else next(inner) for a in varg)), {},
+                                  {b for u,(b,_) in done.items() if u.op is not Ops.VMAPIN})
   if DEBUG_RANGEIFY: _print_scope(y, varg, {u: done[u] for u in scope if u in done}, ret)
   return ret
 
-def _permute_into_elementwise(u:UOp, memo:dict[UOp, UOp]) -> UOp:
+def _permute_into_elementwise(u:UOp, memo:dict[UOp, UOp], batched:set[UOp]) -> UOp:
   """u, a scope's batch, with a PERMUTE on top of elementwise ops moved into their sources. 0.14's realize leaves movement ops on top as
   a view of a buffer written in the order below them: a gradient through a matmul's transposed weight is such a PERMUTE, and the batch
-  was written transposed (bench W6's per-example weight gradients: rows of 16, not 32, on a GPU 261 against hand-batched's 77 us)"""
-  if u.op is not Ops.PERMUTE or (e:=u.src[0]).op not in GroupOp.ALU|{Ops.CAST}: return u
+  was written transposed (bench W6's per-example weight gradients: rows of 16, not 32, on a GPU 261 against hand-batched's 77 us).
+  Only the ops the rules built (`batched`) are rebuilt: an input (a VMAPIN's batch can be the input itself) or a closed-over value stays
+  the very UOp it is, which jvp's seed and gradient's target are found by"""
+  if u.op is not Ops.PERMUTE or (e:=u.src[0]).op not in GroupOp.ALU|{Ops.CAST} or e not in batched: return u
   if (ret:=memo.get(u)) is None:   # per PERMUTE: a src that is a PERMUTE itself gets both in one
     # 0.14's elementwise ops broadcast their srcs as numpy does: size-1 axes stay size 1 in the permute, missing ones are added first
     def permuted(s:UOp) -> UOp: return s if s.shape == () else s.reshape((1,)*(len(u.shape)-len(s.shape)) + s.shape).permute(u.arg)
-    ret = memo[u] = e.replace(src=tuple(_permute_into_elementwise(permuted(s), memo) for s in e.src))
+    ret = memo[u] = e.replace(src=tuple(_permute_into_elementwise(permuted(s), memo, batched) for s in e.src))
   return ret
 
 def varg_str(varg:tuple[UOp, ...]) -> str:
