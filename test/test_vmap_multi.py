@@ -127,6 +127,19 @@ class TestShardedBatch(VmapTestCase):
       Xn = Tensor(x).shard(devices(n), axis=0).realize()
       self.assertEqual(kernels(lambda: vmap(f)(Xn).realize()), n*one)
 
+  def test_scalar_per_example_kernels_per_device(self):
+    # a scalar an example broadcast back stays in one kernel a device, as on one device: REDUCE's batch axes survive the per-device split
+    f = lambda e: e * ((e*e).sum() + 1) ** 0.5
+    x = rand(6, 4)
+    X1 = Tensor(x).realize()
+    self.assertEqual(one:=kernels(lambda: vmap(f)(X1).realize()), 1)
+    for n in (2, 3):
+      with self.subTest(devices=n):
+        Xn = Tensor(x).shard(devices(n), axis=0).realize()
+        y = vmap(f)(Xn)
+        self.assertEqual(kernels(y.realize), n*one)
+        self.assert_close(y.numpy(), x * np.sqrt((x*x).sum(1, keepdims=True) + 1))
+
 class ConstructsSharded(Constructs):
   """test_vmap.py's Constructs (elementwise, reductions, movement, stacking, indexing) through vmap on a batch sharded on its mapped
   axis, closed-over Tensors replicated on the same devices (a Tensor on one device can't meet a sharded one, in hand-batched tinygrad
