@@ -136,7 +136,7 @@ def batch_scope(y:UOp, varg:tuple[UOp, ...]) -> UOp:
 @dataclass(frozen=True)
 class ScopeTemplate:
   batched: UOp                   # the scope's batch with placeholders where it reads its leaves
-  placeholders: tuple[UOp, ...]  # per leaf of the scope, in the order _scope_structure lists them
+  placeholders: tuple[UOp, ...]  # per leaf of the scope, in the order _walk_scope lists them (the scope's outputs so far)
 
 # a structure per Python constant the scope holds: the oldest go past this many
 TEMPLATES_KEPT = 4096
