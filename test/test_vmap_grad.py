@@ -15,13 +15,18 @@ class TestPerExampleGradients(VmapTestCase):
     wts = [param(w) for w in ws]
     return [g.numpy() for g in vmap(grad_fn, in_axes=(None,)*len(ws)+(0, 0))(*wts, Tensor(xs), Tensor(ys))]
 
-  def test_gradient_to_a_lazy_argument_batch_axis_last(self):
+  def grad_to_lazy_argument_batch_axis_last(self, fn, dfn):
     # the batch put last is a PERMUTE moved into the batched elementwise ops, not into the argument (a lazy product here): the gradient
     # is taken with respect to that very UOp
     a, b, c = rand(N, D), rand(N, D), rand(D, N)
     h = Tensor(a) * Tensor(b)
-    g = (vmap(lambda e: e.sin() * 2, out_axes=1)(h) * Tensor(c)).sum().gradient(h)[0]
-    self.assert_close(g.numpy(), 2 * np.cos(a * b) * c.T)
+    g = (vmap(fn, out_axes=1)(h) * Tensor(c)).sum().gradient(h)[0]
+    self.assert_close(g.numpy(), dfn(a * b) * c.T)
+  def test_gradient_to_a_lazy_argument_batch_axis_last(self):
+    self.grad_to_lazy_argument_batch_axis_last(lambda e: e.sin() * 2, lambda v: 2 * np.cos(v))
+  def test_gradient_to_a_lazy_argument_cloned_batch_axis_last(self):
+    # a clone's batch is its source's batch, here the argument itself
+    self.grad_to_lazy_argument_batch_axis_last(lambda e: e.clone(), np.ones_like)
 
   def test_linear(self):
     w, b, xs, ys = rand(D), rand(1), rand(N, D), rand(N)

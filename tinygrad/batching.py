@@ -219,7 +219,7 @@ def _batched(y:UOp, varg:tuple[UOp, ...], done:dict[UOp, tuple[UOp, tuple[UOp, .
   full = BatchCtx(ranges, (_aligned(b, dims, ranges),), (True,)).full(0)   # every RANGE of the scope, also where y doesn't depend on it
   inner = iter(range(len(ranges), len(ranges)+len(y.shape)))
   ret = _permute_into_elementwise(full.permute(tuple(ranges.index(a) if a.op is Ops.RANGE else next(inner) for a in varg)), {},
-                                  {b for u,(b,_) in done.items() if u.op is not Ops.VMAPIN})
+                                  {b for b,_ in done.values()} - {b for u,(b,_) in done.items() if u.op is Ops.VMAPIN})
   if DEBUG_RANGEIFY: _print_scope(y, varg, {u: done[u] for u in scope if u in done}, ret)
   return ret
 
