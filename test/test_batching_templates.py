@@ -100,7 +100,7 @@ class TestTemplateIsBatching(unittest.TestCase):
       self.assertTrue(batching._walk_scope(y, varg, outs))
       self.assertIsNotNone(template:=batching._templates[tuple(outs.key)])
       outs.rebuilt.update(zip(template.placeholders, outs.leaves))
-      self.assertIs(batching._rebuild(template.batched, outs.rebuilt), batching._batched(y, varg, {}))
+      self.assertIs(template.rebuild(outs.rebuilt), batching._batched(y, varg, {}))
 
   def test_elementwise_and_reduce(self):
     x, w = Tensor(rand(6, 4, seed=0)).realize(), Tensor(rand(4, seed=1)).realize()

@@ -120,7 +120,7 @@ def batch_scope(y:UOp, varg:tuple[UOp, ...]) -> UOp:
   if TRACK_MATCH_STATS >= 2 or DEBUG_RANGEIFY or not _walk_scope(y, varg, outs): ret = _batched(y, varg, outs.done)
   elif (t:=_templates.get(key:=tuple(outs.key))) is not None:
     outs.rebuilt.update(zip(t.placeholders, outs.leaves))
-    ret = _rebuild(t.batched, outs.rebuilt)
+    ret = t.rebuild(outs.rebuilt)
   else:
     ret = _batched(y, varg, outs.done)
     if key not in _templates: _templates[key] = _make_template(ret, outs.leaves)
@@ -137,6 +137,12 @@ def batch_scope(y:UOp, varg:tuple[UOp, ...]) -> UOp:
 class ScopeTemplate:
   batched: UOp                   # the scope's batch with placeholders where it reads its leaves
   placeholders: tuple[UOp, ...]  # per leaf of the scope, in the order _walk_scope lists them (the scope's outputs so far)
+  order: tuple[UOp, ...]         # the nodes of batched that read a placeholder, srcs first: what a hit builds anew
+  def rebuild(self, memo:dict[UOp, UOp]) -> UOp:
+    """the batch on the leaves memo maps the placeholders to (memo also keeps what the scope's outputs built before this one)"""
+    for u in self.order:
+      if u not in memo: memo[u] = UOp(u.op, u.dtype, tuple([memo.get(s, s) for s in u.src]), u.arg, u.tag)
+    return memo.get(self.batched, self.batched)
 
 # a structure per Python constant the scope holds: the oldest go past this many
 TEMPLATES_KEPT = 4096
@@ -181,11 +187,11 @@ def _placeholder(leaf:UOp, i:int) -> UOp:
   return UOp(Ops.PARAM, leaf.dtype, (shape_to_shape_arg(leaf.shape),), ParamArg(i, leaf.dtype, name="vmap leaf", device=leaf.device))
 
 def _rebuild(u:UOp, subs:dict[UOp, UOp]) -> UOp:
-  """u with the nodes in subs replaced (each node once: subs is the memo)"""
-  if (ret:=subs.get(u)) is not None: return ret
-  src = tuple([_rebuild(s, subs) for s in u.src])
-  ret = subs[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg, u.tag)
-  return ret
+  """u with the nodes in subs replaced (each node once: subs is the memo), in toposort's order: a per-example graph may be thousands of
+  ops deep"""
+  for x in u.toposort(gate=lambda x: x not in subs):
+    if (src:=tuple([subs.get(s, s) for s in x.src])) != x.src: subs[x] = UOp(x.op, x.dtype, src, x.arg, x.tag)
+  return subs.get(u, u)
 
 def _make_template(batched:UOp, leaves:list[UOp]) -> ScopeTemplate|None:
   """the batch with placeholders for the leaves; None where it reads a leaf's insides (besides constants), which would stay the first
@@ -193,7 +199,11 @@ def _make_template(batched:UOp, leaves:list[UOp]) -> ScopeTemplate|None:
   placeholders = tuple(_placeholder(u, i) for i,u in enumerate(leaves))
   template = _rebuild(batched, dict(zip(leaves, placeholders)))
   insides = {x for u in leaves for x in u.toposort() if not _is_constant(x)} - set(leaves)
-  return None if any(x in insides for x in template.toposort(gate=lambda x: x not in placeholders)) else ScopeTemplate(template, placeholders)
+  if any(x in insides for x in template.toposort(gate=lambda x: x not in placeholders)): return None
+  reads: set[UOp] = set(placeholders)
+  for x in (topo:=template.toposort()):
+    if x not in reads and any(s in reads for s in x.src): reads.add(x)
+  return ScopeTemplate(template, placeholders, tuple(x for x in topo if x in reads and x not in placeholders))
 
 # VIZ: each scope is a graph of its own, "vmap scope rm1=1000", whose step "batch scope" starts from the bracket (the per-example graph
 # between its VMAPINs and a VMAPOUT, vargs and all) and rewrites the VMAPOUT to the batched graph: the scope dissolves there
