@@ -223,12 +223,22 @@ class TestCPUScalarALUs(unittest.TestCase):
     loops = [l.strip() for l in src.splitlines() if "for (" in l]
     self.assertEqual([l.startswith('_Pragma("clang loop vectorize(enable)")') for l in loops], [False, True, True])
 
-  def test_stacked_output_stores_rows(self):
-    # a vmap's stacked output is a slot per stream along the batch (the stacked axis upcast): 4 adjacent examples of each stream at once
-    # (cpu_store_rows), each slot one vector store
-    f = lambda x: Tensor.stack(x[0] * 2, x[1] * 3, x[2] * 4, x[3] * 5)
-    self.assertEqual(kernel_opts(vmap(f)(Tensor.empty(1000, 4))), [(OptOps.UPCAST, 0), (OptOps.UPCAST, 4)])
+  def test_stacked_streams_store_rows(self):
+    # a stack of streams along a batch (stack(dim=0) of columns) is a slot per stream (the stacked axis upcast): 4 adjacent examples of
+    # each stream at once (cpu_store_rows), each slot one vector store
     x = np.random.default_rng(8).standard_normal((1000, 4))
+    f = lambda t: Tensor.stack(t[:, 0] * 2, t[:, 1] * 3, t[:, 2] * 4, t[:, 3] * 5)
+    self.assertEqual(kernel_opts(f(Tensor.empty(1000, 4))), [(OptOps.UPCAST, 0), (OptOps.UPCAST, 4)])
+    np.testing.assert_equal(f(Tensor(x)).numpy(), (x * [2, 3, 4, 5]).T)
+
+  def test_vmap_stacked_output_stored_per_example(self):
+    # a vmap's stacked output is stored in its own order (the batch in front, not the stack's): an example's slots are one vector load
+    # and one vector store
+    x = np.random.default_rng(8).standard_normal((1000, 4))
+    f = lambda e: Tensor.stack(e[0] * 2, e[1] * 3, e[2] * 4, e[3] * 5)
+    self.assertEqual(kernel_opts(vmap(f)(Tensor.empty(1000, 4))), [(OptOps.UPCAST, 0)])
+    src = kernel_source(vmap(f)(Tensor.empty(1000, 4)))
+    self.assertEqual((len(re.findall(r"= \(\*\(\(float4\*\)", src)), len(re.findall(r"\*\(\(float4\*\)\(\(data0", src))), (1, 1), src)
     np.testing.assert_equal(vmap(f)(Tensor(x)).numpy(), x * [2, 3, 4, 5])
 
   def test_tile_accumulators_move_as_vectors(self):
