@@ -67,7 +67,7 @@ class Prog:
     names = [f"x{i}" for i in range(self.n_in)] + [f"v{self.n_in+j}" for j in range(len(self.ops))]
     lines = [f"def {'f' if lib == 'tg' else 'nf'}({', '.join(names[:self.n_in])}):"]
     for j, op in enumerate(self.ops):
-      e = op_expr(op, [names[a] for a in op[1]], lib, self.n_in+j, self.dtype, traced)
+      e = op_expr(op, [names[a] for a in op[1]], lib, self.n_in+j, self.dtype, traced, self.devices)
       lines.append(f"  {names[self.n_in+j]} = {'_v(' + e + ')' if traced else e}")
     outs = [names[o] for o in self.outs]
     lines.append(f"  return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}")
@@ -118,9 +118,10 @@ class Prog:
 
 def idx_src(axis:int, what:str) -> str: return ":, "*axis + what
 
-def op_expr(op:tuple, a:list[str], lib:str, vid:int, dtype:str, traced:bool) -> str:
+def op_expr(op:tuple, a:list[str], lib:str, vid:int, dtype:str, traced:bool, devices:tuple|None=None) -> str:
   """op as a tinygrad (lib="tg") or numpy (lib="np") expression of its operands `a`. traced numpy code wraps the operands of discrete ops
-  in checks that flag inputs within rounding of a decision boundary (those examples are skipped, the two sides may round differently)"""
+  in checks that flag inputs within rounding of a decision boundary (those examples are skipped, the two sides may round differently).
+  An index Tensor goes on its operand's device, or on the batch's `devices` for an operand on none (a 0-d input is a constant on 0.14)"""
   name, _, p = op
   tg, F = lib == "tg", f"dtypes.{dtype}"
   def chk(fn, *xs): return f"{fn}({', '.join(xs)})" if traced else xs[0]
@@ -167,7 +168,8 @@ def op_expr(op:tuple, a:list[str], lib:str, vid:int, dtype:str, traced:bool) -> 
   if name == "index_int": return f"{a[0]}[{idx_src(p[0], str(p[1]))}]"
   if name == "index_slice": return f"{a[0]}[{idx_src(p[0], ':'.join('' if v is None else str(v) for v in p[1:]))}]"
   if name == "index_tensor":
-    return f"{a[0]}[{idx_src(p[0], f'Tensor({list(p[1])}, dtype=dtypes.int32, device={a[0]}.device)' if tg else f'np.array({list(p[1])})')}]"
+    dev = f"{a[0]}.device" + (f" or {devices!r}" if devices else "")
+    return f"{a[0]}[{idx_src(p[0], f'Tensor({list(p[1])}, dtype=dtypes.int32, device={dev})' if tg else f'np.array({list(p[1])})')}]"
   if name == "gather":   # indices computed from the data of another value, per example
     axis, n = p
     if tg: return f"{a[0]}[{idx_src(axis, f'({a[1]}.abs()*2).clip(0, {n-1}).cast(dtypes.int32).reshape(-1)')}]"
