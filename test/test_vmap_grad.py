@@ -79,6 +79,16 @@ class TestPerExampleGradients(VmapTestCase):
     s = Tensor(Tensor(xs).vmapin(varg(2, {0: r})).uop.reduce(r, arg=Ops.ADD))
     self.assert_close(s.vmapout(varg(2, {0: r})).numpy(), np.broadcast_to(xs.sum(0), (N, D)))
 
+  @unittest.skipIf(not hasattr(Tensor, "schedule_linear"), "the 0.12 line reduces over a vmap RANGE (test_vmapout_of_ended_range)")
+  def test_reduce_over_vmap_range_named(self):
+    # 0.14 batches a scope by rules at its VMAPOUT and has no REDUCE over a RANGE there: the idiom is named, not a crash in rangeify
+    x = Tensor(xs:=rand(N, D))
+    r = vmap_range(N)
+    s = Tensor(x.vmapin(varg(2, {0: r})).uop.reduce(r, arg=Ops.ADD))
+    for what in (s, s.vmapout(varg(2, {0: r}))):
+      with self.assertRaisesRegex(NotImplementedError, "REDUCE over a vmap RANGE inside its scope"): what.numpy()
+    self.assert_close(x.numpy(), xs)
+
 class TestChunkedSharedWeight(VmapTestCase):
   """the gradient of a weight every example shares, through a chunked vmap: the sum over every chunk, its tail, and one-example ranges"""
   def grad_w(self, n:int, chunk_size:int|None, backward=False):

@@ -51,6 +51,15 @@ def _batch_of_batch_axes(ctx:BatchCtx, ret:UOp, n:int) -> UOp:
 
 def _not_batchable(ret:UOp, why:str): raise NotImplementedError(f"vmap: {ret.op} inside a vmapped function {why}")
 
+def scope_left_open(x:UOp):
+  """a VMAPIN reached the scheduler, its scope never batched. realize() keeps a value inside a scope lazy, so it is under a REDUCE that
+  ended the scope's RANGE inside the scope (UOp.reduce over a vmap RANGE: the 0.12 line's idiom for a sum over the examples), which
+  nothing on 0.14 batches, or a schedule asked of a value inside a scope"""
+  rngs = ", ".join(a.render() for a in x.src[1:] if a.op is Ops.RANGE)
+  raise NotImplementedError(f"vmap: a VMAPIN over {rngs} reached the scheduler without its VMAPOUT. A REDUCE over a vmap RANGE inside its "
+                            "scope (UOp.reduce over it) isn't supported on tinygrad 0.14: vmapout the per-example value and sum the batch over "
+                            "its axis. A value inside a scope is one example: vmapout gives the batch")
+
 # the batching rules, one per op (JAX's primitive_batchers): rule(ctx, ret) is ret over the batch, with ctx.dims's axes in front
 pm_batch = PatternMatcher([
   # elementwise: the same op on the batched srcs, which broadcast against the unbatched ones on the per-example axes
