@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from tinygrad.uop import Ops, GroupOp
 from tinygrad.uop.ops import UOp, ParamArg, all_metadata
 from tinygrad.helpers import getenv
+from tinygrad.batching import _rebuild as rebuild_on
 
 # the ops a kept graph may hold, and its leaves: a buffer or a RANGE is named by its place in the walk, not its number
 _PLAIN_OPS = GroupOp.ALU | GroupOp.Movement | {Ops.CAST, Ops.CONST, Ops.STACK, Ops.REDUCE, Ops.CONTIGUOUS, Ops.DETACH,
@@ -25,7 +26,7 @@ class GradientTemplate:
   order: tuple[UOp, ...]          # the nodes of grads that read a placeholder, srcs first: what a hit builds anew
   metadata: tuple[tuple, ...]     # per node of order, the metadata the rules gave it (all_metadata)
 
-_templates: dict[tuple, GradientTemplate|None] = {}
+_templates: dict[tuple, GradientTemplate] = {}
 
 def _placeholder(leaf:UOp, i:int) -> UOp:
   """what stands for a leaf in a template: the leaf with an identity no graph has (ids and slots far from any real one)"""
@@ -75,12 +76,7 @@ def _make_template(grads:list[UOp|None], leaves:list[UOp]) -> GradientTemplate:
   """the gradients with placeholders for the leaves"""
   placeholders = tuple(_placeholder(u, i) for i,u in enumerate(leaves))
   memo: dict[UOp, UOp] = dict(zip(leaves, placeholders))
-  out: list[UOp|None] = []
-  for g in grads:
-    if g is None: out.append(None); continue
-    for x in g.toposort(gate=lambda x: x not in memo):
-      if (src:=tuple([memo.get(s, s) for s in x.src])) != x.src: memo[x] = UOp(x.op, x.dtype, src, x.arg, x.tag)
-    out.append(memo.get(g, g))
+  out = [None if g is None else rebuild_on(g, memo) for g in grads]
   reads: set[UOp] = set(placeholders)
   order: list[UOp] = []
   for x in UOp.sink(*[g for g in out if g is not None]).toposort():
