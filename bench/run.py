@@ -9,7 +9,7 @@ torch.func.vmap, every output checked against the numpy oracle (float64).
   python bench/run.py --source W1 --xla   # the HLO XLA runs for the JAX row, after fusion
   python bench/run.py --only W1,W3 --impls vmap_jit,hand_jit,jax --no-scaling   # a subset, printed, no files written
   python bench/run.py --render     # RESULTS.md and the plot again from results.json (after editing bench/analysis.md); with
-                                   # UPSTREAM=0.14.0, RESULTS-0.14.0.md from results-0.14.0.json and analysis-0.14.0.md
+                                   # UPSTREAM=0.12.0, RESULTS-0.12.0.md from results-0.12.0.json and analysis-0.12.0.md
 
 Every (workload, implementation) row runs in a worker subprocess whose environment pins every framework to one thread before anything
 is imported (THREAD_ENV). In the full run each row has a fresh process, so its first call is a cold first call: graph building,
@@ -25,8 +25,9 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT/"tools"))
-import fork  # noqa: E402  (the upstream line: UPSTREAM=0.14.0 benches that line, whose fork rows wait for the port)
-LINE, DEFAULT_LINE = fork.upstream_line(ROOT), fork.is_default_line(ROOT)
+import fork  # noqa: E402  (the upstream line: UPSTREAM=0.12.0 benches the frozen line)
+LINE, DEFAULT_LINE = fork.upstream_line(ROOT), fork.is_default_line(ROOT)   # the default line writes RESULTS.md, another RESULTS-LINE.md
+LINE_012 = LINE == "0.12.0"   # the frozen line: its scheduler's entry points are what TinygradHooks wraps (0.14's are others: totals only)
 
 THREAD_ENV = {
   **fork.pin(ROOT)["cpu_env"],                 # tinygrad: the CPU device (CPU=1 on 0.12, DEV=CPU on 0.14)
@@ -83,10 +84,10 @@ def device_env(device:str) -> dict[str, str]:
   return {**device_select(device), "CCACHE": "0", "IGNORE_BEAM_CACHE": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "JAX_ENABLE_X64": "0", "BENCH_DEVICE": device,
           "JAX_PLATFORMS": "cuda" if gpu else "cpu", "JAX_DEFAULT_MATMUL_PRECISION": "highest"}
 
-# the rows that need what a line doesn't have yet: on 0.14 the pad+reduce idiom's OUTER ranges (upstream removed OUTER), skipped saying so
+# the rows that need what a line doesn't have: on 0.14 the pad+reduce idiom's OUTER ranges (upstream removed OUTER), skipped saying so
 NOT_PORTED = {"0.14.0": {"pad_outer", "pad_loop", "pad_outer_vanilla"}}
 def not_ported(impl:str) -> str|None:
-  return None if impl not in NOT_PORTED.get(LINE, set()) else f"skipped: not ported to tinygrad {LINE} yet (docs/internals.md, 'The {LINE} line')"
+  return None if impl not in NOT_PORTED.get(LINE, set()) else f"skipped: tinygrad {LINE} has no OUTER range (docs/internals.md, 'The {LINE} line')"
 
 def impls_of(w:str) -> dict[str, tuple[str, str]]:
   return {**IMPLS, **EXTRA_IMPLS.get(w, {}), **({"vmap_jit_beam": SHARDED_BEAM["vmap_jit_beam"]} if bench_device() else {})}
@@ -122,7 +123,7 @@ class TinygradHooks:
     import tinygrad.tensor, tinygrad.engine.realize
     from tinygrad.device import Compiler
     self.reset()
-    if not DEFAULT_LINE:   # another upstream line: its scheduler has other entry points; the rows' totals only
+    if not LINE_012:   # the 0.14 line: its scheduler has other entry points; the rows' totals only
       return
     import tinygrad.engine.schedule as sched
     orig_sched, orig_program, orig_compile = tinygrad.tensor.complete_create_schedule_with_vars, tinygrad.engine.realize.get_program, \
@@ -673,8 +674,8 @@ def machine() -> dict:
 
 def pristine() -> Path|None:
   """vanilla upstream 0.12.0 as tools/fork.py keeps it (materialized by `make fork`/`make test`), or None"""
-  cache = Path(os.environ.get("FORK_CACHE", ROOT/".cache"/"upstream"))
-  return next((p for p in sorted(cache.glob("pristine-*")) if (p/"tinygrad"/"__init__.py").exists()), None)
+  p = Path(os.environ.get("FORK_CACHE", ROOT/".cache"/"upstream"))/f"pristine-{fork.pin(ROOT, '0.12.0')['wheel']['sha256'][:16]}"
+  return p if (p/"tinygrad"/"__init__.py").exists() else None
 
 def spawn(tasks:list[dict], timeout:float) -> list[dict]:
   vanilla = any(t.get("impl") == "pad_outer_vanilla" for t in tasks)
@@ -709,9 +710,8 @@ def write_line_results(data:dict, rows:list, scale_rows:list, bw) -> None:
   m = data["machine"]
   (BENCH/f"RESULTS-{LINE}.md").write_text("\n".join([
     f"# vmap benchmark on tinygrad {LINE} (`make bench UPSTREAM={LINE}`)", "",
-    f"Generated on {data['date']}: {m.get('cpu', '?')}, one thread per row, as bench/RESULTS.md (the {fork.fork_config(ROOT)['default']} line). "
-    f"The fork's rows run on the {LINE} line's full series (patches-{LINE}/series; docs/internals.md says which CPU topics are ported); a row it has no port of is "
-    f"skipped, saying so (docs/internals.md, 'The {LINE} line').", "",
+    f"Generated on {data['date']}: {m.get('cpu', '?')}, one thread per row, as bench/RESULTS.md (the default line, "
+    f"{fork.fork_config(ROOT)['default']}). The fork's rows run on the {LINE} line's full series ({fork.pin(ROOT)['patches']}/series).", "",
     render_table(rows, bw), ""] + ([render_scaling(scale_rows), ""] if scale_rows else []) +
     ([(BENCH/f"analysis-{LINE}.md").read_text().strip(), ""] if (BENCH/f"analysis-{LINE}.md").exists() else [])))
 
@@ -921,7 +921,7 @@ def render_table(rows:list[dict], bw:float|None) -> str:
       if "kernels" in r:
         k = str(r["kernels"]) + (f" ({r['kernels_one_example']})" if "kernels_one_example" in r else "")
       sc = "-"
-      if r["framework"] == "tinygrad" and DEFAULT_LINE:   # another line's scheduler isn't hooked (TinygradHooks)
+      if r["framework"] == "tinygrad" and LINE_012:   # 0.14's scheduler isn't hooked (TinygradHooks)
         f, s = r.get("first", {}), r.get("sched_steady", {})
         sc = f"{f.get('sched_misses', 0)} miss/{f.get('sched_hits', 0)} hit; " + \
           ("jit replay" if s.get("hits", 0) + s.get("misses", 0) == 0 else f"{s['misses']} miss/{s['hits']} hit")
