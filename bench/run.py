@@ -207,8 +207,8 @@ def warm_up(calls:list, n:int):
   a kernel's first build is quick (-O1) and its -O2 build starts at its second run (engine/realize.py). The steady state is after that."""
   for _ in range(n):
     for c in calls: c()
-  try: from tinygrad.engine.realize import method_cache
-  except ImportError: return
+  if not LINE_012: return   # 0.14's first builds are full ones
+  from tinygrad.engine.realize import method_cache
   if not (building:=[r.rebuild for r in set(method_cache.values()) if getattr(r, "quick", False) and r.rebuild is not None and r.rebuild.is_alive()]):
     return
   for t in building: t.join()
@@ -217,9 +217,8 @@ def warm_up(calls:list, n:int):
 def leaf(a, grad:bool):
   """a realized input Tensor; requires_grad where it is asked for and Tensor takes it (0.14's Tensor has no requires_grad: its gradient
   needs none)"""
-  import inspect
   from tinygrad import Tensor
-  return (Tensor(a, requires_grad=True) if grad and "requires_grad" in inspect.signature(Tensor.__init__).parameters else Tensor(a)).realize()
+  return (Tensor(a, requires_grad=True) if grad and LINE_012 else Tensor(a)).realize()
 
 def tinygrad_impl(w, impl:str, args_np, n:int):
   """call() runs one call of the implementation to completion and returns its outputs (Tensors)"""
@@ -292,7 +291,7 @@ def kernel_detail(call, cnt:int=15) -> list[dict]:
   """each kernel of one call, lowered as TinyJit captured it: name, launch dims, opts, median device time (µs) of cnt runs with wait"""
   from tinygrad import Tensor
   from tinygrad.helpers import Context
-  if not hasattr(Tensor, "schedule_with_vars"): return kernel_detail_linear(call, cnt)
+  if not LINE_012: return kernel_detail_linear(call, cnt)
   from tinygrad.engine.realize import CompiledRunner
   with Context(BEAM=2 if call.beam else 0):   # a hit in the method cache: the jit's capture compiled these
     out = call.eager()(*call.inputs)
@@ -568,7 +567,7 @@ def device_copy_bandwidth() -> float:
   clock around a 0.3 ms kernel counted the launch and the synchronize, and read 683 GB/s on an H200), GB/s counting bytes read + written"""
   from tinygrad import Tensor
   a = Tensor.ones(256 * 2**20).contiguous().realize()
-  if hasattr(Tensor, "schedule"):
+  if LINE_012:
     ei = (a * 2).schedule()[-1].lower()
     ts = [ei.run(wait=True, do_update_stats=False) for _ in range(9)]
   else:   # the 0.14 line: the copy kernel is the linear's last CALL, time_call runs it and waits
@@ -621,7 +620,7 @@ def show_source(wname:str, n:int|None, impls:list[str]):
     f = {"vmap": w.tg_vmap(vmap, w.tg), "hand": w.tg_hand}[impl]
     out = f(*ts)
     outs = out if isinstance(out, tuple) else (out,)
-    if not hasattr(Tensor, "schedule"):   # the 0.14 line: a LINEAR of CALLs, each compiled to a PROGRAM
+    if not LINE_012:   # the 0.14 line: a LINEAR of CALLs, each compiled to a PROGRAM
       from tinygrad.uop.ops import UOp, Ops
       from tinygrad.engine.realize import compile_linear
       linear, _ = Tensor.linear_with_vars(*outs)
