@@ -1,10 +1,10 @@
 """vmap for tinygrad: `vmap(fn)` runs a function written for ONE example over a batch, as one batched kernel.
 
 `vmap` is built on the VMAPIN/VMAPOUT bracket (`Tensor.vmapin` / `Tensor.vmapout`): a scope is opened by `x.vmapin(varg)` and closed by
-`y.vmapout(varg)`. A varg has one entry per axis: a RANGE for a mapped (batch) axis, `KEPT` for a kept axis (0.14: `UOp.const(0,
-dtypes.weakint)`; 0.12: `UOp.const(dtypes.index, 0)`). On 0.14 (the default line) `Tensor.vmapout` rebuilds the scope over the batch, one
-batching rule per op (tinygrad/batching.py); on 0.12 the scheduler turns the scope into a loop over the RANGE inside the kernel. Either way
-the batch is a loop inside the kernels. `vmap_range` and `varg` build a bracket by hand, the same code on both lines.
+`y.vmapout(varg)`. A varg has one entry per axis: a RANGE for a mapped (batch) axis, `KEPT` for a kept axis
+(0.14: `UOp.const(0, dtypes.weakint)`; 0.12: `UOp.const(dtypes.index, 0)`). On 0.14 (the default line) `Tensor.vmapout` rebuilds the scope
+over the batch, one batching rule per op (tinygrad/batching.py); on 0.12 the scheduler turns the scope into a loop over the RANGE inside the
+kernel. Either way the batch is a loop inside the kernels. `vmap_range` and `varg` build a bracket by hand, the same code on both lines.
 """
 from __future__ import annotations
 import contextlib, functools, gc, inspect, weakref
