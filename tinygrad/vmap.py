@@ -13,6 +13,7 @@ from typing import Any, Callable
 from tinygrad.dtype import dtypes
 from tinygrad.device import Device
 from tinygrad.uop.ops import UOp, Ops, GroupOp, AxisType, sint
+from tinygrad.fork_line import LINE_012
 from tinygrad.tensor import Tensor, is_numpy_ndarray   # tensor.py has it on both lines (0.12 imports it from helpers)
 from tinygrad.pytree import tree_map, tree_leaves
 from tinygrad.transform_state import TRANSFORMS, KEPT, on_device
@@ -281,7 +282,7 @@ def _batch_of_output(scope:_Scope, y, axis:int|None, path:str):
 def _outputs_share_batching():
   """0.14's vmapout rebuilds its scope's graph over the batch (tinygrad/batching.py): fn's outputs share what they rebuilt. 0.12 lowers a
   scope in rangeify, for all its outputs at once"""
-  if hasattr(AxisType, "OUTER"): return contextlib.nullcontext()
+  if LINE_012: return contextlib.nullcontext()
   from tinygrad.batching import shared_batching
   return shared_batching()
 
@@ -324,7 +325,7 @@ def _chunked_vmap(fn:Callable, inputs:_BatchedInputs, out_axes, chunk_size:int, 
   if inputs.devices is not None:
     raise NotImplementedError(f"vmap chunk_size with a batch sharded on {inputs.devices}: each device runs its shard as one loop already, "
                               "drop chunk_size (or pass fewer examples per call)")
-  if not hasattr(AxisType, "OUTER"): return _chunk_by_chunk(fn, inputs, out_axes, chunk_size, randomness)
+  if not LINE_012: return _chunk_by_chunk(fn, inputs, out_axes, chunk_size, randomness)
   n, (chunks, rest) = inputs.size, divmod(inputs.size, chunk_size)
   _draws.append(draws:=_Draws([]))
   try:
