@@ -6,7 +6,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent/"tools"))
 import fork  # noqa: E402
 
-def applied(topic:str) -> bool: return topic in fork.applied_topics(fork.ROOT)
+def applied(topic:str) -> bool:
+  """`a|b`: either is applied (a topic one line keeps whole and the other splits, or names otherwise)"""
+  return any(t in fork.applied_topics(fork.ROOT) for t in topic.split("|"))
 
 def missing_topics(*topics:str) -> str|None:
   """why tests of the topics can't run here (one of them isn't applied), or None"""

@@ -2,7 +2,7 @@
 programs (their codegen and clang, ~0.25-0.45 s a process) when a worker or a command buffer first needs them, never for kernels launched
 from Python, and imports its NIR renderer only when it is asked for; and a compile of several kernels with PARALLEL=1 (NUM_CPU_THREADS=1, or as many xdist workers as cores) runs in this
 process instead of in a pool of one worker process, which imports tinygrad before it compiles anything. Results against numpy. The 0.12
-line's first-call tests: test_first_call.py, test_cpu_codegen.py."""
+line's first-call topics (lazy-pattern-matcher, clang-first-call) are tested in test_first_call.py and test_cpu_codegen.py."""
 from fork_topics import skip_module_unless
 skip_module_unless('first-call')
 import os, subprocess, sys, unittest, unittest.mock
