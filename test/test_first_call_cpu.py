@@ -3,14 +3,14 @@ programs (their codegen and clang, ~0.25-0.45 s a process) when a worker or a co
 from Python, and imports its NIR renderer only when it is asked for; and a compile of several kernels with PARALLEL=1 (NUM_CPU_THREADS=1, or as many xdist workers as cores) runs in this
 process instead of in a pool of one worker process, which imports tinygrad before it compiles anything. Results against numpy. The 0.12
 line's first-call topics (lazy-pattern-matcher, clang-first-call) are tested in test_first_call.py and test_cpu_codegen.py."""
-from fork_topics import skip_module_unless
-skip_module_unless('first-call')
 import os, subprocess, sys, unittest, unittest.mock
 from pathlib import Path
 import numpy as np
 from tinygrad import Tensor, Device
 from tinygrad.helpers import Context
 if not hasattr(Tensor, "schedule_linear"): raise unittest.SkipTest("the 0.14 line's first-call: 0.12's CPU device has no programs of its own and its compile no pool")
+from fork_topics import skip_module_unless
+skip_module_unless('first-call')
 
 ROOT = Path(__file__).resolve().parent.parent
 
