@@ -13,7 +13,7 @@ def applied(topic:str) -> bool:
 def missing_topics(*topics:str) -> str|None:
   """why tests of the topics can't run here (one of them isn't applied), or None"""
   if not (missing := [t for t in topics if not applied(t)]): return None
-  return (f"tests the {', '.join(missing)} topic patch{'es' if len(missing) > 1 else ''}, which the materialized series "
+  return (f"tests the {', '.join(t.replace('|', ' or ') for t in missing)} topic patch{'es' if len(missing) > 1 else ''}, which the materialized series "
           f"({fork.materialized_series(fork.ROOT)}) leaves out")
 
 def skip_module_unless(*topics:str) -> None:
