@@ -1,8 +1,8 @@
-"""The eager-cost topic on the 0.14 line: a realize of a tensor graph whose structure was realized before builds its CALL from the kept
+"""The callify-cache topic (0.14 line): a realize of a tensor graph whose structure was realized before builds its CALL from the kept
 template (tinygrad/engine/callify_cache.py) instead of transform_to_call's four graph rewrites. A hit must give what transform_to_call
 gives on that graph, new output buffers each time, and results that match numpy; graphs it doesn't keep take the long way."""
 from fork_topics import skip_module_unless
-skip_module_unless('eager-cost')
+skip_module_unless('callify-cache')
 import unittest
 from dataclasses import replace
 import numpy as np

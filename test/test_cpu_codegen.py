@@ -6,7 +6,7 @@ running under a branch (codegen/late/cold_branch.py), clang started before it is
 a schedule's kernels in one file (engine/realize.py). Results are checked against numpy; the kernel structure (opts, float8,
 reductions) is asserted exactly, never timed."""
 from fork_topics import skip_module_unless
-skip_module_unless('cpu-codegen', 'first-call')
+skip_module_unless('cpu-vector-alus', 'cpu-heuristics', 'cpu-cold-branch', 'cpu-payne-hanek-shifts', 'clang-first-call')   # 0.12's
 import threading, unittest, unittest.mock, inspect, math, os, signal, subprocess, sys, platform, mmap, ctypes
 import numpy as np
 from tinygrad import Tensor, Device, TinyJit, dtypes, vmap

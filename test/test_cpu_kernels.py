@@ -1,4 +1,5 @@
-"""The cpu-codegen topic's CPU kernel rules that both lines have, asserted exactly and checked against numpy in float64 (never timed):
+"""The CPU kernel rules both lines have (0.14's cpu-codegen; 0.12's cpu-heuristics, cpu-cold-branch, cpu-vector-alus), asserted exactly
+and checked against numpy in float64 (never timed):
 
 - a full unroll of a reduce stays within 32 lanes of the upcasts (codegen/opt/heuristic.py).
 - the matmul register tile (codegen/opt/heuristic_cpu.py's cpu_gemm_tile): a matmul whose N axis is unit-stride in B upcasts M and N
@@ -11,9 +12,9 @@
 - (0.14) a REDUCE range's loop lets clang reorder its float adds, so it vectorizes the scalar accumulators along the loop; an
   elementwise kernel whose stores are all strided (a vmap's stacked output) takes 4 adjacent elements of each store's row at once.
 
-The 0.12 line's other rules need its vector ALUs: test/test_cpu_codegen.py (bench/analysis-0.14.0.md)."""
+The 0.12 line's other rules need its vector ALUs: test/test_cpu_codegen.py (bench/analysis.md)."""
 from fork_topics import skip_module_unless
-skip_module_unless('cpu-codegen')
+skip_module_unless('cpu-codegen|cpu-heuristics', 'cpu-codegen|cpu-cold-branch')   # 0.14's cpu-codegen, 0.12's topics of it
 import math, platform, re, unittest
 import numpy as np
 from tinygrad import Tensor, Device, dtypes, vmap
@@ -190,8 +191,9 @@ class TestCPUNoGathers(unittest.TestCase):
     self.assertNotIn("gather", clang_assembly(kernel_source(vmap(lambda r: (r * r).sum() * 2 + r.max())(x))))
 
 class TestCPUSmallUnsignedCast(unittest.TestCase):
-  """without AVX-512 (cpu-codegen builds without it), clang's vector float -> uint8 cast saturated a negative to 0 where its AVX-512 code
-  and torch wrap (-1.8 -> 255): the cast goes through int32 (upstream's test_ops TestOpsUint8.test_cast, on an AVX-512 machine)"""
+  """without AVX-512 (0.14's cpu-codegen builds without it; the fix is 0.14's fix-clang-small-uint-cast), clang's vector float -> uint8
+  cast saturated a negative to 0 where its AVX-512 code and torch wrap (-1.8 -> 255): the cast goes through int32 (upstream's test_ops
+  TestOpsUint8.test_cast, on an AVX-512 machine)"""
   def test_small_unsigned_cast_wraps(self):
     x = np.random.default_rng(0).uniform(-2, 2, (2, 3, 64, 64)).astype(np.float32)
     for dt, npdt in ((dtypes.uint8, np.uint8), (dtypes.uint16, np.uint16)):

@@ -1,7 +1,7 @@
 """What keeps an eager call's graph building cheap without changing the graph: the shortcuts in Tensor._broadcasted, cat, stack and
 UOp._mop must give the very UOps (`is`) the long way gives, and the results must still match numpy (values and gradients)."""
 from fork_topics import skip_module_unless
-skip_module_unless('eager-cost')
+skip_module_unless('eager-cost|eager-shortcuts')   # the 0.12 topic; 0.14's shortcuts
 import functools, unittest
 import numpy as np
 from tinygrad import Tensor, dtypes

@@ -1,8 +1,9 @@
 """What keeps a first call cheap without changing what it computes: a lazy PatternMatcher compiles a pattern when it's first tried
 (get_late_rewrite_patterns' matcher, built in the first compile, is one), UPat locations found without pathlib, and graph_rewrite's
-stack limit read once per rewrite. The clang started ahead is tested in test_cpu_codegen.py (TestClangSpare)."""
+stack limit read once per rewrite: the lazy-pattern-matcher topic (0.12). clang-first-call's clang started ahead is tested in
+test_cpu_codegen.py (TestClangSpare)."""
 from fork_topics import skip_module_unless
-skip_module_unless('first-call')
+skip_module_unless('lazy-pattern-matcher')
 import sys, unittest
 import numpy as np
 from tinygrad import Tensor, dtypes

@@ -2,9 +2,7 @@
 programs (their codegen and clang, ~0.25-0.45 s a process) when a worker or a command buffer first needs them, never for kernels launched
 from Python, and imports its NIR renderer only when it is asked for; and a compile of several kernels with PARALLEL=1 (NUM_CPU_THREADS=1, or as many xdist workers as cores) runs in this
 process instead of in a pool of one worker process, which imports tinygrad before it compiles anything. Results against numpy. The 0.12
-line's first-call tests: test_first_call.py, test_cpu_codegen.py."""
-from fork_topics import skip_module_unless
-skip_module_unless('first-call')
+line's first-call topics (lazy-pattern-matcher, clang-first-call) are tested in test_first_call.py and test_cpu_codegen.py."""
 import os, subprocess, sys, unittest, unittest.mock
 from pathlib import Path
 import numpy as np
@@ -12,6 +10,8 @@ from tinygrad import Tensor, Device
 from tinygrad.helpers import Context
 from tinygrad.fork_line import LINE_012
 if LINE_012: raise unittest.SkipTest("the 0.14 line's first-call: 0.12's CPU device has no programs of its own and its compile no pool")
+from fork_topics import skip_module_unless
+skip_module_unless('first-call')
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -2,7 +2,7 @@
 same rules' gradients on this graph's leaves (buffers, a vmap scope's RANGE). A hit must give the very UOps the rules give (`is`), the
 backward metadata the rules give, and values that match numpy (float64)."""
 from fork_topics import skip_module_unless
-skip_module_unless('eager-cost')
+skip_module_unless('gradient-cache')
 import unittest, unittest.mock
 import numpy as np
 from tinygrad import Tensor, vmap, dtypes

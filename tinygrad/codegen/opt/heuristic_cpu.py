@@ -1,7 +1,7 @@
-"""The CPU's kernel heuristics (hooked into hand_coded_optimizations by the cpu-codegen topic patch): a register tile for matmuls, reduces
+"""The CPU's kernel heuristics (hooked into hand_coded_optimizations by cpu-heuristics; 0.14: cpu-codegen): a register tile for matmuls, reduces
 and stores as 32-byte vectors, transcendentals decomposed as vector math. Each rule returns whether it applied; with one applied the
 generic upcasts don't run on top. Measured in bench/ (bench/analysis.md); tested in test/test_cpu_codegen.py. QUICK_OPTS and
-quick_opts_differ are the first-call topic's: engine/realize.py builds a kernel quick without the opts that are slow to build."""
+quick_opts_differ are the clang-first-call topic's: engine/realize.py builds a kernel quick without the opts that are slow to build."""
 import functools, platform, pathlib
 from tinygrad.codegen.opt import Opt, OptOps
 from tinygrad.helpers import NOOPT, ContextVar
