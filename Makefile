@@ -1,5 +1,6 @@
 # tinygrad-vmap: pristine upstream tinygrad + the topic patches of its line's series (see README.md, "How the fork is kept")
-# UPSTREAM=0.14.0 (any line pyproject.toml pins): every target on that line, its own patches dir, baseline and bench rows
+# the default line is pyproject.toml's [tool.fork] default (0.14.0); UPSTREAM=0.12.0 (any line it pins): every target on that line, its
+# own patches dir, baseline and bench rows. What differs per line (how it picks a device, which bench rows) is in pyproject's tables.
 PYTHON ?= python3
 export UPSTREAM
 FORK := $(PYTHON) tools/fork.py
@@ -58,9 +59,9 @@ GPU_TESTS := $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/
 .PHONY: test-gpu
 test-gpu:        ## the vmap, jvp and Jacobian tests on an NVIDIA GPU (GPU=CUDA or NV); tools/gpu_env.py finds libcuda and nvrtc or says what to set
 	@env_lines="$$(PYTHONPATH=. $(PYTHON) tools/gpu_env.py $(GPU))" && eval "$$env_lines" && \
-	  env -u CPU -u DEV $(if $(filter 0.14.0,$(UPSTREAM)),DEV=$(GPU),$(GPU)=1) timeout -s INT $(GPU_TIMEOUT) $(PYTHON) -m pytest -q -n $(GPU_WORKERS) -rfE --tb=line -p no:cacheprovider $(GPU_TESTS)
+	  env -u CPU -u DEV $$($(FORK) env gpu_env --gpu $(GPU)) timeout -s INT $(GPU_TIMEOUT) $(PYTHON) -m pytest -q -n $(GPU_WORKERS) -rfE --tb=line -p no:cacheprovider $(GPU_TESTS)
 demo: setup      ## examples/quickstart.py: vmap a per-example function, check it against numpy, show the kernel and kernel counts
-	CPU=1 PYTHONPATH=. $(PYTHON) examples/quickstart.py
+	env -u CPU -u DEV $$($(FORK) env cpu_env) PYTHONPATH=. $(PYTHON) examples/quickstart.py
 test-upstream: setup-upstream   ## upstream's own suite (the pinned sdist's test/*.py) on the fork; fails only on failures vanilla lacks
 	cd tools && $(PYTHON) upstream_suite.py check
 upstream-baseline: setup-upstream   ## record vanilla upstream's outcome of the same suite in test/upstream/vanilla-VERSION.json
@@ -68,4 +69,4 @@ upstream-baseline: setup-upstream   ## record vanilla upstream's outcome of the 
 bench: setup     ## the benchmark (bench/README.md): bench/RESULTS.md, docs/bench.png; QUICK=1 is CI's smoke run; DEVICE=CUDA the GPU table
 	$(if $(QUICK),,$(PIP) $$($(FORK) deps bench))
 	PYTHONPATH=. $(PYTHON) bench/run.py $(if $(QUICK),--quick) $(if $(DEVICE),--device $(DEVICE))
-	$(if $(or $(DEVICE),$(filter 0.14.0,$(UPSTREAM))),,PYTHONPATH=. $(PYTHON) bench/w7_trajopt.py $(if $(QUICK),--quick,--write))   # W7, the trajectory optimizer (default line)
+	$(if $(DEVICE),,$(if $(shell UPSTREAM=$(UPSTREAM) $(FORK) flag bench_w7),PYTHONPATH=. $(PYTHON) bench/w7_trajopt.py $(if $(QUICK),--quick,--write)))   # W7, the trajectory optimizer (the lines whose bench_w7 says so)

@@ -9,7 +9,7 @@ torch.func.vmap, every output checked against the numpy oracle (float64).
   python bench/run.py --source W1 --xla   # the HLO XLA runs for the JAX row, after fusion
   python bench/run.py --only W1,W3 --impls vmap_jit,hand_jit,jax --no-scaling   # a subset, printed, no files written
   python bench/run.py --render     # RESULTS.md and the plot again from results.json (after editing bench/analysis.md); with
-                                   # UPSTREAM=0.14.0, RESULTS-0.14.0.md from results-0.14.0.json and analysis-0.14.0.md
+                                   # UPSTREAM=0.12.0, RESULTS-0.12.0.md from results-0.12.0.json and analysis-0.12.0.md
 
 Every (workload, implementation) row runs in a worker subprocess whose environment pins every framework to one thread before anything
 is imported (THREAD_ENV). In the full run each row has a fresh process, so its first call is a cold first call: graph building,
@@ -25,8 +25,9 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT/"tools"))
-import fork  # noqa: E402  (the upstream line: UPSTREAM=0.14.0 benches that line, whose fork rows wait for the port)
-LINE, DEFAULT_LINE = fork.upstream_line(ROOT), fork.is_default_line(ROOT)
+import fork  # noqa: E402  (the upstream line: UPSTREAM=0.12.0 benches the frozen line)
+LINE, DEFAULT_LINE = fork.upstream_line(ROOT), fork.is_default_line(ROOT)   # the default line writes RESULTS.md, another RESULTS-LINE.md
+LINE_012 = LINE == "0.12.0"   # the frozen line: its scheduler's entry points are what TinygradHooks wraps (0.14's are others: totals only)
 
 THREAD_ENV = {
   **fork.pin(ROOT)["cpu_env"],                 # tinygrad: the CPU device (CPU=1 on 0.12, DEV=CPU on 0.14)
@@ -83,10 +84,10 @@ def device_env(device:str) -> dict[str, str]:
   return {**device_select(device), "CCACHE": "0", "IGNORE_BEAM_CACHE": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "JAX_ENABLE_X64": "0", "BENCH_DEVICE": device,
           "JAX_PLATFORMS": "cuda" if gpu else "cpu", "JAX_DEFAULT_MATMUL_PRECISION": "highest"}
 
-# the rows that need what a line doesn't have yet: on 0.14 the pad+reduce idiom's OUTER ranges (upstream removed OUTER), skipped saying so
+# the rows that need what a line doesn't have: on 0.14 the pad+reduce idiom's OUTER ranges (upstream removed OUTER), skipped saying so
 NOT_PORTED = {"0.14.0": {"pad_outer", "pad_loop", "pad_outer_vanilla"}}
 def not_ported(impl:str) -> str|None:
-  return None if impl not in NOT_PORTED.get(LINE, set()) else f"skipped: not ported to tinygrad {LINE} yet (docs/internals.md, 'The {LINE} line')"
+  return None if impl not in NOT_PORTED.get(LINE, set()) else f"skipped: tinygrad {LINE} has no OUTER range (docs/internals.md, 'The {LINE} line')"
 
 def impls_of(w:str) -> dict[str, tuple[str, str]]:
   return {**IMPLS, **EXTRA_IMPLS.get(w, {}), **({"vmap_jit_beam": SHARDED_BEAM["vmap_jit_beam"]} if bench_device() else {})}
@@ -122,7 +123,7 @@ class TinygradHooks:
     import tinygrad.tensor, tinygrad.engine.realize
     from tinygrad.device import Compiler
     self.reset()
-    if not DEFAULT_LINE:   # another upstream line: its scheduler has other entry points; the rows' totals only
+    if not LINE_012:   # the 0.14 line: its scheduler has other entry points; the rows' totals only
       return
     import tinygrad.engine.schedule as sched
     orig_sched, orig_program, orig_compile = tinygrad.tensor.complete_create_schedule_with_vars, tinygrad.engine.realize.get_program, \
@@ -206,8 +207,8 @@ def warm_up(calls:list, n:int):
   a kernel's first build is quick (-O1) and its -O2 build starts at its second run (engine/realize.py). The steady state is after that."""
   for _ in range(n):
     for c in calls: c()
-  try: from tinygrad.engine.realize import method_cache
-  except ImportError: return
+  if not LINE_012: return   # 0.14's first builds are full ones
+  from tinygrad.engine.realize import method_cache
   if not (building:=[r.rebuild for r in set(method_cache.values()) if getattr(r, "quick", False) and r.rebuild is not None and r.rebuild.is_alive()]):
     return
   for t in building: t.join()
@@ -216,9 +217,8 @@ def warm_up(calls:list, n:int):
 def leaf(a, grad:bool):
   """a realized input Tensor; requires_grad where it is asked for and Tensor takes it (0.14's Tensor has no requires_grad: its gradient
   needs none)"""
-  import inspect
   from tinygrad import Tensor
-  return (Tensor(a, requires_grad=True) if grad and "requires_grad" in inspect.signature(Tensor.__init__).parameters else Tensor(a)).realize()
+  return (Tensor(a, requires_grad=True) if grad and LINE_012 else Tensor(a)).realize()
 
 def tinygrad_impl(w, impl:str, args_np, n:int):
   """call() runs one call of the implementation to completion and returns its outputs (Tensors)"""
@@ -291,7 +291,7 @@ def kernel_detail(call, cnt:int=15) -> list[dict]:
   """each kernel of one call, lowered as TinyJit captured it: name, launch dims, opts, median device time (µs) of cnt runs with wait"""
   from tinygrad import Tensor
   from tinygrad.helpers import Context
-  if not hasattr(Tensor, "schedule_with_vars"): return kernel_detail_linear(call, cnt)
+  if not LINE_012: return kernel_detail_linear(call, cnt)
   from tinygrad.engine.realize import CompiledRunner
   with Context(BEAM=2 if call.beam else 0):   # a hit in the method cache: the jit's capture compiled these
     out = call.eager()(*call.inputs)
@@ -567,7 +567,7 @@ def device_copy_bandwidth() -> float:
   clock around a 0.3 ms kernel counted the launch and the synchronize, and read 683 GB/s on an H200), GB/s counting bytes read + written"""
   from tinygrad import Tensor
   a = Tensor.ones(256 * 2**20).contiguous().realize()
-  if hasattr(Tensor, "schedule"):
+  if LINE_012:
     ei = (a * 2).schedule()[-1].lower()
     ts = [ei.run(wait=True, do_update_stats=False) for _ in range(9)]
   else:   # the 0.14 line: the copy kernel is the linear's last CALL, time_call runs it and waits
@@ -620,7 +620,7 @@ def show_source(wname:str, n:int|None, impls:list[str]):
     f = {"vmap": w.tg_vmap(vmap, w.tg), "hand": w.tg_hand}[impl]
     out = f(*ts)
     outs = out if isinstance(out, tuple) else (out,)
-    if not hasattr(Tensor, "schedule"):   # the 0.14 line: a LINEAR of CALLs, each compiled to a PROGRAM
+    if not LINE_012:   # the 0.14 line: a LINEAR of CALLs, each compiled to a PROGRAM
       from tinygrad.uop.ops import UOp, Ops
       from tinygrad.engine.realize import compile_linear
       linear, _ = Tensor.linear_with_vars(*outs)
@@ -673,8 +673,8 @@ def machine() -> dict:
 
 def pristine() -> Path|None:
   """vanilla upstream 0.12.0 as tools/fork.py keeps it (materialized by `make fork`/`make test`), or None"""
-  cache = Path(os.environ.get("FORK_CACHE", ROOT/".cache"/"upstream"))
-  return next((p for p in sorted(cache.glob("pristine-*")) if (p/"tinygrad"/"__init__.py").exists()), None)
+  p = Path(os.environ.get("FORK_CACHE", ROOT/".cache"/"upstream"))/f"pristine-{fork.pin(ROOT, '0.12.0')['wheel']['sha256'][:16]}"
+  return p if (p/"tinygrad"/"__init__.py").exists() else None
 
 def spawn(tasks:list[dict], timeout:float) -> list[dict]:
   vanilla = any(t.get("impl") == "pad_outer_vanilla" for t in tasks)
@@ -709,9 +709,8 @@ def write_line_results(data:dict, rows:list, scale_rows:list, bw) -> None:
   m = data["machine"]
   (BENCH/f"RESULTS-{LINE}.md").write_text("\n".join([
     f"# vmap benchmark on tinygrad {LINE} (`make bench UPSTREAM={LINE}`)", "",
-    f"Generated on {data['date']}: {m.get('cpu', '?')}, one thread per row, as bench/RESULTS.md (the {fork.fork_config(ROOT)['default']} line). "
-    f"The fork's rows run on the {LINE} line's full series (patches-{LINE}/series; docs/internals.md says which CPU topics are ported); a row it has no port of is "
-    f"skipped, saying so (docs/internals.md, 'The {LINE} line').", "",
+    f"Generated on {data['date']}: {m.get('cpu', '?')}, one thread per row, as bench/RESULTS.md (the default line, "
+    f"{fork.fork_config(ROOT)['default']}). The fork's rows run on the {LINE} line's full series ({fork.pin(ROOT)['patches']}/series).", "",
     render_table(rows, bw), ""] + ([render_scaling(scale_rows), ""] if scale_rows else []) +
     ([(BENCH/f"analysis-{LINE}.md").read_text().strip(), ""] if (BENCH/f"analysis-{LINE}.md").exists() else [])))
 
@@ -921,7 +920,7 @@ def render_table(rows:list[dict], bw:float|None) -> str:
       if "kernels" in r:
         k = str(r["kernels"]) + (f" ({r['kernels_one_example']})" if "kernels_one_example" in r else "")
       sc = "-"
-      if r["framework"] == "tinygrad" and DEFAULT_LINE:   # another line's scheduler isn't hooked (TinygradHooks)
+      if r["framework"] == "tinygrad" and LINE_012:   # 0.14's scheduler isn't hooked (TinygradHooks)
         f, s = r.get("first", {}), r.get("sched_steady", {})
         sc = f"{f.get('sched_misses', 0)} miss/{f.get('sched_hits', 0)} hit; " + \
           ("jit replay" if s.get("hits", 0) + s.get("misses", 0) == 0 else f"{s['misses']} miss/{s['hits']} hit")

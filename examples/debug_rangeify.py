@@ -17,8 +17,9 @@ RANGEs it depends on and its shape over the batch. Rangeify's own blocks for the
 import sys
 import numpy as np
 from tinygrad import Tensor
-try: from tinygrad.engine.realize import run_schedule
-except ImportError: run_schedule = None   # 0.14.0: a schedule is a LINEAR that Tensor.realize runs
+from tinygrad.fork_line import LINE_012
+if LINE_012: from tinygrad.engine.realize import run_schedule
+else: run_schedule = None   # 0.14.0: a schedule is a LINEAR that Tensor.realize runs
 from tinygrad.vmap import vmap_range, varg
 
 def reduces_indexed_again(x:Tensor) -> Tensor:   # one example: x of shape (4,). the stacked pair is indexed again: "reduce indexed again"

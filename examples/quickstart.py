@@ -11,6 +11,7 @@ import numpy as np
 from tinygrad import Tensor, GlobalCounters, vmap
 from tinygrad.vmap import vmap_range, varg
 from tinygrad.uop.ops import Ops
+from tinygrad.fork_line import LINE_012
 
 B, D = 1000, 8   # a batch of 1000 examples, each a vector of 8 numbers
 LOOP_N = 100     # the Python-loop baseline runs on the first 100 examples only: it is slow (a kernel per example)
@@ -43,7 +44,7 @@ print(f"batched_score on {B} examples vs a numpy loop: {'PASS' if ok else 'FAIL'
 # 4. the generated C kernel: the schedule is the list of kernels that compute the tensor, ours is the last one.
 #    It plans the kernels without running them; a Tensor is scheduled once, so this is a fresh one
 def kernel_sources(t:Tensor) -> list[str]:
-  if hasattr(t, "schedule"): return [ei.lower().prg.p.src for ei in t.schedule()]   # tinygrad 0.12
+  if LINE_012: return [ei.lower().prg.p.src for ei in t.schedule()]   # tinygrad 0.12
   from tinygrad.engine.realize import compile_linear                               # 0.14: the compiled schedule's kernels
   return [u.arg for u in compile_linear(t.schedule_linear()).toposort() if u.op is Ops.SOURCE]
 sources = kernel_sources(batched_score(xs, w))

@@ -33,6 +33,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))   # the fork's t
 from tinygrad import Tensor, TinyJit, Device, dtypes, vmap, jacfwd, jacrev, hessian
 from tinygrad.dtype import DType
 from tinygrad.uop.ops import UOp
+from tinygrad.fork_line import LINE_012
 from tinygrad.engine import realize
 from tinygrad.helpers import Context
 
@@ -109,7 +110,7 @@ class KnotStep:
     self.knot, self.build, self.schedule = UOp.variable("knot", 0, T - 1), build, None
   def __call__(self, k:int):
     var_vals = {self.knot.expr: k}
-    if hasattr(Tensor, "schedule_with_vars"):   # tinygrad 0.12: a list of ExecItems, which TinyJit captures as they run
+    if LINE_012:                                # tinygrad 0.12: a list of ExecItems, which TinyJit captures as they run
       if self.schedule is None: self.schedule = Tensor.schedule_with_vars(*self.build(self.knot.bind(k)))[0]
       realize.run_schedule(list(self.schedule), var_vals)
     else:                                       # tinygrad 0.14: a LINEAR of CALLs, handed to TinyJit while it captures
@@ -182,7 +183,7 @@ class Solver:
   def kernels_per_iteration(self) -> int:
     """the kernels (and copies) TinyJit replays per iteration, once it has captured one (its third call)"""
     captured = self.iterate.captured
-    if hasattr(captured, "jit_cache"): return len(captured.jit_cache)          # tinygrad 0.12: a list of ExecItems
+    if LINE_012: return len(captured.jit_cache)                                # tinygrad 0.12: a list of ExecItems
     # 0.14: CALLs, graphs of CALLs, or one command buffer of them all (hcq: TinyJit's CPU graph)
     return sum(len(c.src[0].src[0].src) if c.src[0].arg == "graph" else len(c.arg.aux.kernels) if c.src[0].arg == "hcq" else 1
                for c in captured.linear.src)

@@ -1,5 +1,7 @@
-"""On an upstream line the fork is still being ported to, what is not ported yet skips, with the reason docs/internals.md gives in its
-table of that line ("## The VERSION line"): the table is the one list, so no test is skipped without a line there saying why."""
+"""On an upstream line, the tests of what that line lacks (0.14 has no OUTER range, the 0.12 line's idioms and implementation tests)
+skip with the reason docs/internals.md gives in its table of that line ("## The VERSION line"): the table is the one list, so no test
+is skipped without a line there saying why. A line without a table (0.12.0) runs every test; its own tests of what only 0.14 has skip
+where they are, naming tinygrad.fork_line's LINE_012."""
 import re, sys
 from pathlib import Path
 import pytest
@@ -14,11 +16,11 @@ def not_yet(line:str) -> dict[str, str]:
   if (m := re.search(rf"^## The {re.escape(line)} line\n(.*?)(?=^## |\Z)", text, re.M | re.S)) is None: return {}
   return {r.group(1).strip(): r.group(2).strip() for r in re.finditer(r"^\| (test/[^|]+?) \| (.+) \|$", m.group(1), re.M)}
 
-NOT_YET = not_yet(fork.upstream_line(ROOT)) if not fork.is_default_line(ROOT) else {}
+NOT_YET = not_yet(fork.upstream_line(ROOT))
 
 class NotYetModule(pytest.Module):
   """a test file the table names: skipped whole, before its imports (they need what is not ported)"""
-  def _getobj(self): raise pytest.skip.Exception(f"not yet on tinygrad {fork.upstream_line(ROOT)}: {self.reason}", allow_module_level=True)
+  def _getobj(self): raise pytest.skip.Exception(f"not on tinygrad {fork.upstream_line(ROOT)}: {self.reason}", allow_module_level=True)
 
 def pytest_pycollect_makemodule(module_path, parent):
   if (why := NOT_YET.get(str(Path(module_path).relative_to(ROOT)))) is not None:
@@ -31,4 +33,4 @@ def pytest_collection_modifyitems(config, items):
     # a row names a test, or a class (every test in it)
     parts = [str(Path(item.path).relative_to(ROOT))] + item.nodeid.split("::")[1:]
     if (why := next((NOT_YET[k] for i in range(len(parts), 1, -1) if (k:="::".join(parts[:i])) in NOT_YET), None)) is not None:
-      item.add_marker(pytest.mark.skip(reason=f"not yet on tinygrad {fork.upstream_line(ROOT)}: {why}"))
+      item.add_marker(pytest.mark.skip(reason=f"not on tinygrad {fork.upstream_line(ROOT)}: {why}"))

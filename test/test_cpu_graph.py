@@ -8,6 +8,7 @@ import numpy as np
 from tinygrad import Tensor, TinyJit, Device, UOp, dtypes
 from tinygrad.helpers import Context
 from tinygrad.uop.ops import Ops
+from tinygrad.fork_line import LINE_012
 from vmap_oracle import rand, kernels, jit_kernels
 from fork_topics import applied
 
@@ -29,7 +30,7 @@ def np_chain(x:np.ndarray, w:np.ndarray, k:int) -> np.ndarray:
 
 def is_command_buffer(jf) -> bool:
   """the capture replays as one hcq command buffer (0.14's CPU graph)"""
-  return not hasattr(jf.captured, "jit_cache") and [c.src[0].arg for c in jf.captured.linear.src] == ["hcq"]
+  return not LINE_012 and [c.src[0].arg for c in jf.captured.linear.src] == ["hcq"]
 
 @unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU's graph")
 class TestCPUGraph(unittest.TestCase):

@@ -18,10 +18,11 @@ import math, platform, re, unittest
 import numpy as np
 from tinygrad import Tensor, Device, dtypes, vmap
 from tinygrad.helpers import Context
+from tinygrad.fork_line import LINE_012
 from tinygrad.codegen.opt import OptOps
 from tinygrad.codegen.opt.heuristic_cpu import cpu_tile_bytes
 
-LINEAR_SCHEDULE = hasattr(Tensor, "schedule_linear")   # 0.14: a schedule is a LINEAR of CALLs, each CALL's src[0] its kernel's AST
+LINEAR_SCHEDULE = not LINE_012   # 0.14: a schedule is a LINEAR of CALLs, each CALL's src[0] its kernel's AST
 
 def last_kernel(t:Tensor):
   """the AST of the last kernel that realizes t"""
@@ -174,7 +175,7 @@ def clang_assembly(src:str) -> str:
   """src built with the CPU device's own clang command, as assembly (-S for -c)"""
   import subprocess, unittest.mock
   comp = Device["CPU"].compiler
-  if hasattr(comp, "_cmd"): cmd = comp._cmd()   # 0.12: ClangJITCompiler's whole command
+  if LINE_012: cmd = comp._cmd()   # 0.12: ClangJITCompiler's whole command
   else:   # 0.14: the command ClangCompiler.compile runs
     with unittest.mock.patch("subprocess.check_output", return_value=b"") as run: comp.compile(src)
     cmd = run.call_args.args[0]

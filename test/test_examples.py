@@ -1,7 +1,7 @@
 """The examples run and check themselves against numpy (each exits non-zero on a mismatch)."""
 import os, re, subprocess, sys, unittest
 from pathlib import Path
-from vmap_oracle import SCOPES_IN_SCHEDULER
+from vmap_oracle import LINE_012
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,7 +34,7 @@ class TestExamples(unittest.TestCase):
     out = self.run_example("debug_rangeify.py", DEBUG_RANGEIFY="1")
     self.assertIn("Ops.VMAPOUT", out)
     self.assertTrue(out.rstrip().endswith("PASS"), out[-300:])
-    if not SCOPES_IN_SCHEDULER: return self.check_batched_scopes(re.sub(r"\x1b\[[0-9;]*m", "", out))
+    if not LINE_012: return self.check_batched_scopes(re.sub(r"\x1b\[[0-9;]*m", "", out))
     # every realized node of a graph with a scope says why it is realized and which scope RANGEs its buffer gets
     out = re.sub(r"\x1b\[[0-9;]*m", "", out)
     indexed_again, read_twice = [b for b in out.split("*"*26) if "Ops.VMAPOUT" in b]

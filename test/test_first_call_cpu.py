@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 from tinygrad import Tensor, Device
 from tinygrad.helpers import Context
-if not hasattr(Tensor, "schedule_linear"): raise unittest.SkipTest("the 0.14 line's first-call: 0.12's CPU device has no programs of its own and its compile no pool")
+from tinygrad.fork_line import LINE_012
+if LINE_012: raise unittest.SkipTest("the 0.14 line's first-call: 0.12's CPU device has no programs of its own and its compile no pool")
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT/"bench"))
 from workloads import WORKLOADS  # noqa: E402
 from fork_topics import skip_unless  # noqa: E402
 
-LINE_012 = hasattr(Tensor, "schedule")   # tinygrad 0.12: a schedule of ExecItems; 0.14: a LINEAR of CALLs
+from tinygrad.fork_line import LINE_012   # tinygrad 0.12: a schedule of ExecItems; 0.14: a LINEAR of CALLs
 
 @dataclass(frozen=True)
 class Kernel:

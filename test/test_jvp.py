@@ -6,6 +6,7 @@ from tinygrad import Tensor, Device, dtypes, vmap
 from tinygrad.uop.ops import UOp, Ops, AxisType
 from tinygrad.jvp import jvp, jvp_tensors, jvp_uops, primitive_jvps
 from tinygrad.vmap import KEPT
+from tinygrad.fork_line import LINE_012
 from vmap_oracle import VmapTestCase, rand, np_loop, np_softmax, skip_without_cpu_devices
 
 H = 1e-5   # float64 central differences: truncation ~H**2, rounding ~1e-16/H, both well under the 1e-6 tolerance
@@ -324,7 +325,7 @@ class TestErrors(VmapTestCase):
     names = ("ADD MUL MAX NEG RECIPROCAL SQRT EXP2 LOG2 SIN POW TRUNC CMPLT CMPNE CMPEQ IDIV MOD CDIV CMOD FLOORDIV FLOORMOD AND OR XOR SHL "
              "SHR WHERE CAST BITCAST REDUCE_AXIS REDUCE RESHAPE EXPAND PERMUTE PAD SHRINK FLIP VMAPIN VMAPOUT CONTIGUOUS DETACH CONTIGUOUS_BACKWARD "
              "COPY MULTI ASSIGN STACK SUB FDIV").split()
-    ops = {getattr(Ops, n) for n in names if hasattr(Ops, n)} | ({Ops.STORE, Ops.AFTER} if not hasattr(Ops, "ASSIGN") else set())  # 0.14's assign
+    ops = {getattr(Ops, n) for n in names if hasattr(Ops, n)} | ({Ops.STORE, Ops.AFTER} if not LINE_012 else set())  # 0.14's assign
     self.assertEqual(ops - set(primitive_jvps), set())
 
 class TestVmap(JvpTestCase):

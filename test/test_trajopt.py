@@ -4,7 +4,7 @@ import sys, unittest
 from pathlib import Path
 import numpy as np
 from tinygrad import dtypes
-from vmap_oracle import SCOPES_IN_SCHEDULER
+from vmap_oracle import LINE_012
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import trajopt  # noqa: E402
@@ -129,7 +129,7 @@ class TestTrajopt(unittest.TestCase):
     # buffer it writes row k + 1 of, so its result is computed into a temporary first), the derivatives and the line search a fixed
     # number; nothing grows with the number of problems. On 0.14 a rollout step is 3 kernels: 7 a knot there (the Riccati step reads
     # three buffers and the knot, so 0.14 doesn't keep its shared scalar entries as buffers: examples/trajopt.py's PackedBuffer)
-    per_knot = 6 if SCOPES_IN_SCHEDULER else 7
+    per_knot = 6 if LINE_012 else 7
     base = iteration_kernels(8, 2)
     self.assertEqual(iteration_kernels(8, 5), base)
     self.assertEqual(iteration_kernels(12, 2), base + per_knot * 4)

@@ -15,7 +15,7 @@ batched graph. 0.14 serves only from a terminal (launch_viz checks isatty), so t
 """
 import json, os, re, shutil, socket, subprocess, sys, tempfile, time, unittest, urllib.request
 from pathlib import Path
-from vmap_oracle import SCOPES_IN_SCHEDULER
+from vmap_oracle import LINE_012
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
@@ -60,7 +60,7 @@ class Viewer:
     env = {k:v for k,v in os.environ.items() if k not in {"CI", "BROWSER", "PROFILE", "DEBUG", "DEBUG_RANGEIFY"}}
     env.update(VIZ="1", PORT=str(self.port), TMPDIR=self.tmp.name, CPU="1", PYTHONPATH=str(ROOT))
     # 0.14's launch_viz serves only from a terminal: serve what the program saved (in TMPDIR) once it exits
-    cmd = [sys.executable, *argv] if SCOPES_IN_SCHEDULER else \
+    cmd = [sys.executable, *argv] if LINE_012 else \
       ["sh", "-c", f'"{sys.executable}" "$@" && exec "{sys.executable}" tinygrad/viz/serve.py', "sh", *argv]
     with self.log.open("w") as log:
       self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
@@ -91,7 +91,7 @@ class Viewer:
     raise AssertionError(f"no step is marked as dissolving a vmap scope: {[c['name'] for c in self.ctxs]}")
   def input_step(self, ctx:int, dissolve:int) -> int:
     """the step of graph `ctx` that shows the vmap bracket: 0.12's schedule input, 0.14's batch scope (its first graph is the bracket)"""
-    return [s["name"] for s in self.ctxs[ctx]["steps"]].index("View Input Graph") if SCOPES_IN_SCHEDULER else dissolve
+    return [s["name"] for s in self.ctxs[ctx]["steps"]].index("View Input Graph") if LINE_012 else dissolve
 
 @unittest.skipIf(CHROMIUM is None, f"chromium is not installed: {HOW}")
 @unittest.skipIf(sync_playwright is None, f"playwright is not installed: {HOW}")
@@ -152,12 +152,12 @@ class TestVizVmap(unittest.TestCase):
     page = self.open(viewer:=self.nested.ready())
     # 0.12: the schedule dissolves both scopes in one step. 0.14: the inner scope (over 3) is batched first, as the outer one is traced
     (ctx, dissolve), *outer = viewer.dissolving()
-    self.assertEqual(len(outer), 0 if SCOPES_IN_SCHEDULER else 1, viewer.ctxs)
+    self.assertEqual(len(outer), 0 if LINE_012 else 1, viewer.ctxs)
     steps = [s["name"] for s in viewer.ctxs[ctx]["steps"]]
     labels = self.show_step(page, ctx, viewer.input_step(ctx, dissolve), "=3, 0)")
     vmap_labels = sorted(re.sub(r"rm\d+=", "rm=", l.split("\ndtypes")[0]) for l in labels if l.startswith("VMAP"))
     self.assertEqual(vmap_labels, ["VMAPIN\n(rm=2, 0, 0)", "VMAPIN\n(rm=3, 0)", "VMAPOUT\n(rm=2, 0, 0)", "VMAPOUT\n(rm=3, 0)"] if
-                     SCOPES_IN_SCHEDULER else ["VMAPIN\n(rm=2, 0, 0)", "VMAPIN\n(rm=3, 0)", "VMAPOUT\n(rm=3, 0)"])
+                     LINE_012 else ["VMAPIN\n(rm=2, 0, 0)", "VMAPIN\n(rm=3, 0)", "VMAPOUT\n(rm=3, 0)"])
     # inside both scopes a node is in both RANGEs, printed in the label's own color (LOOP ranges used to be white on a light node)
     self.assertRegex("\n".join(labels), r"\(m\d+,m\d+\)")
     fills = page.evaluate("() => [...document.querySelectorAll('#nodes tspan.token')].filter(t => /^\\(m\\d+,m\\d+\\)$/.test(t.textContent))"
@@ -166,8 +166,8 @@ class TestVizVmap(unittest.TestCase):
     self.screenshot(page, "viz_vmap.png", "VMAPIN|RANGE")
 
     # the step where the scopes dissolve says so, and its rewrites remove the VMAPIN/VMAPOUT nodes
-    self.assertTrue(steps[dissolve].startswith("apply rangeify" if SCOPES_IN_SCHEDULER else "batch scope"), steps[dissolve])
-    self.assertIn("[4 VMAPIN/VMAPOUT dissolve]" if SCOPES_IN_SCHEDULER else "[1 VMAPIN/VMAPOUT dissolve]",
+    self.assertTrue(steps[dissolve].startswith("apply rangeify" if LINE_012 else "batch scope"), steps[dissolve])
+    self.assertIn("[4 VMAPIN/VMAPOUT dissolve]" if LINE_012 else "[1 VMAPIN/VMAPOUT dissolve]",
                   page.inner_text(f"#step-{ctx+1}-{dissolve} > p"))
     rewrites = viewer.get(viewer.ctxs[ctx]["steps"][dissolve]["query"])
     first = next(i for i,r in enumerate(rewrites) if any(l.startswith("-") and "VMAPOUT" in l for l in r["diff"] or []))
@@ -177,7 +177,7 @@ class TestVizVmap(unittest.TestCase):
     page.wait_for_selector("#nodes g.overlay")   # the graph of this rewrite, with the nodes it changed in a box
     diff = page.inner_text(".metadata pre code.wrap")
     self.assertTrue(any(l.startswith("-") and "Ops.VMAPOUT" in l for l in diff.splitlines()), diff)
-    self.screenshot(page, "viz_vmap_dissolve.png", "VMAPOUT|BUFFERIZE" if SCOPES_IN_SCHEDULER else "VMAPIN|PERMUTE", k=0.75)
+    self.screenshot(page, "viz_vmap_dissolve.png", "VMAPOUT|BUFFERIZE" if LINE_012 else "VMAPIN|PERMUTE", k=0.75)
     self.assertEqual(self.errors, [])
 
 if __name__ == "__main__":

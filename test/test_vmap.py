@@ -5,6 +5,7 @@ import unittest
 import numpy as np
 from tinygrad import Tensor, UOp, dtypes, Device, Context, vmap
 from tinygrad.uop.ops import Ops, AxisType
+from tinygrad.fork_line import LINE_012
 from tinygrad.uop.spec import type_verify
 from tinygrad.vmap import vmap_range, varg, KEPT as ZERO
 from tinygrad.transform_state import INDEX
@@ -166,8 +167,8 @@ class PostVmap:
 class TestConstructsAxis0(Constructs, VmapTestCase): in_axis = 0
 class TestConstructsMiddleAxis(Constructs, VmapTestCase): in_axis = 1
 # one example at a time (0.14 has no OUTER: these skip there, docs/internals.md's table)
-class TestConstructsOuter(Constructs, VmapTestCase): in_axis, axis_type = 0, getattr(AxisType, "OUTER", None)
-class TestConstructsOuterMiddleAxis(Constructs, VmapTestCase): in_axis, axis_type = 1, getattr(AxisType, "OUTER", None)
+class TestConstructsOuter(Constructs, VmapTestCase): in_axis, axis_type = 0, AxisType.OUTER if LINE_012 else None
+class TestConstructsOuterMiddleAxis(Constructs, VmapTestCase): in_axis, axis_type = 1, AxisType.OUTER if LINE_012 else None
 class TestConstructsOneAtATime(Constructs, VmapTestCase):
   """the constructs one example at a time, vmap's chunk_size=1, on both lines: a scope per example on 0.14 (its counterpart of the
   OUTER scopes above, which 0.14 removed), an OUTER scope on 0.12"""

@@ -14,9 +14,10 @@ def emulator_env() -> dict[str, str]:
 LAUNCH_DIMS = """
 import json, numpy as np
 from tinygrad import Tensor, vmap
+from tinygrad.fork_line import LINE_012
 x = Tensor(np.random.default_rng(0).standard_normal((64, 16)).astype(np.float32)).realize()
 def dims(y):
-  if hasattr(y, "schedule"):   # tinygrad 0.12
+  if LINE_012:   # tinygrad 0.12
     sched = y.schedule()
     p = sched[-1].lower().prg.p
     return {"kernels": len(sched), "global": list(p.global_size), "local": list(p.local_size), "loops": p.src.count("for (")}

@@ -3,6 +3,7 @@ import unittest
 import numpy as np
 from tinygrad import Tensor, vmap
 from tinygrad.uop.ops import Ops
+from tinygrad.fork_line import LINE_012
 from tinygrad.vmap import vmap_range, varg
 from vmap_oracle import rand, bracket, VmapTestCase, param
 
@@ -79,7 +80,7 @@ class TestPerExampleGradients(VmapTestCase):
     s = Tensor(Tensor(xs).vmapin(varg(2, {0: r})).uop.reduce(r, arg=Ops.ADD))
     self.assert_close(s.vmapout(varg(2, {0: r})).numpy(), np.broadcast_to(xs.sum(0), (N, D)))
 
-  @unittest.skipIf(not hasattr(Tensor, "schedule_linear"), "the 0.12 line reduces over a vmap RANGE (test_vmapout_of_ended_range)")
+  @unittest.skipIf(LINE_012, "the 0.12 line reduces over a vmap RANGE (test_vmapout_of_ended_range)")
   def test_reduce_over_vmap_range_named(self):
     # 0.14 batches a scope by rules at its VMAPOUT and has no REDUCE over a RANGE there: the idiom is named, not a crash in rangeify
     x = Tensor(xs:=rand(N, D))

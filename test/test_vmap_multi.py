@@ -3,7 +3,7 @@ result sharded on the output's batch axis. Against numpy loops over examples, on
 import unittest
 import numpy as np
 from tinygrad import Tensor, Device, vmap
-from vmap_oracle import VmapTestCase, rand, batched, np_loop, np_softmax, kernels, set_items, skip_without_cpu_devices, needs_grad, SCOPES_IN_SCHEDULER
+from vmap_oracle import VmapTestCase, rand, batched, np_loop, np_softmax, kernels, set_items, skip_without_cpu_devices, needs_grad, LINE_012
 from test_vmap import Constructs
 
 setUpModule = skip_without_cpu_devices
@@ -205,7 +205,7 @@ class TestShardedGradients(VmapTestCase):
     # allreduce inside a loop. A clear error (it failed codegen's verification)
     A, B = needs_grad(Tensor(self.w[:3]).to(self.devs)), needs_grad(Tensor(b:=rand(6, 3)).shard(self.devs, axis=0))
     o = vmap(vmap(lambda a, b: (a * b, a)), in_axes=(None, 0), out_axes=(0, None))(A, B)
-    if SCOPES_IN_SCHEDULER:
+    if LINE_012:
       with self.assertRaisesRegex(NotImplementedError, "inside another vmap scope"): (o[0].sum() + o[1].sum()).gradient(A)[0].realize()
     else: self.assert_close((o[0].sum() + o[1].sum()).gradient(A)[0].numpy(), b.sum(0) + 1)   # 0.14: upstream's allreduce
 
@@ -213,7 +213,7 @@ class TestShardedGradients(VmapTestCase):
     # not sharded yet: a clear error (it gave a wrong gradient or crashed in the scheduler)
     A, B = needs_grad(Tensor(self.x[:, 0]).shard(self.devs, axis=0)), needs_grad(Tensor(self.w).to(self.devs))
     out = vmap(vmap(lambda a, b: a * b, in_axes=None, axis_size=1), in_axes=(0, None))(A, B)
-    if SCOPES_IN_SCHEDULER:
+    if LINE_012:
       with self.assertRaisesRegex(NotImplementedError, "a gradient through a vmap over one example"): out.sum().gradient(A, B)
     else:   # 0.14: a plain batched graph
       ga, gb = out.sum().gradient(A, B)
@@ -242,7 +242,7 @@ class TestShardedErrors(VmapTestCase):
 
   def test_reduce_over_sharded_axis_inside_scope(self):
     x = Tensor(xn:=rand(6, 4)).shard(devices(2), axis=0)
-    if SCOPES_IN_SCHEDULER:
+    if LINE_012:
       with self.assertRaisesRegex(NotImplementedError, "reduce over a sharded axis inside a vmap scope"): vmap(lambda e: e.sum(), in_axes=1)(x).realize()
     else: self.assert_close(vmap(lambda e: e.sum(), in_axes=1)(x).numpy(), xn.sum(0))   # 0.14: upstream's allreduce
 
@@ -260,13 +260,13 @@ class TestShardedErrors(VmapTestCase):
     # fix-stack-multi-replicated (the sum over the sharded axis is replicated)
     x, y = Tensor(a:=rand(4, 2)).shard(devices(2), axis=0), Tensor(b:=rand(4, 2)).shard(devices(2), axis=1)
     f = vmap(lambda p, q: Tensor.stack(p.sum(), q.sum()))
-    if SCOPES_IN_SCHEDULER:
+    if LINE_012:
       with self.assertRaisesRegex(NotImplementedError, "a reduce over a sharded axis inside a vmap scope"): f(x, y).realize()
     else: self.assert_close(f(x, y).numpy(), np.stack([a.sum(1), b.sum(1)], 1))
 
   def test_result_sharded_on_two_axes(self):
     x, y = Tensor(a:=rand(4, 2)).shard(devices(2), axis=0), Tensor(b:=rand(4, 2)).shard(devices(2), axis=1)
-    if SCOPES_IN_SCHEDULER:
+    if LINE_012:
       with self.assertRaisesRegex(NotImplementedError, "sharded on another axis too"): vmap(lambda a, b: a*b)(x, y).realize()
     else: self.assert_close(vmap(lambda a, b: a*b)(x, y).numpy(), a * b)   # 0.14: upstream reshards
 

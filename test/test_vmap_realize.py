@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 from tinygrad import Tensor, Device, vmap
 from tinygrad.uop.ops import AxisType
+from tinygrad.fork_line import LINE_012
 from vmap_oracle import VmapTestCase, rand, nested_batch, nest, np_nest, kernels, np_softmax, realize_with_buffers
 
 # a case is f(x, L): the same code runs on one example as a Tensor (L=TG) and, for the oracle, as an ndarray (L=NP)
@@ -121,7 +122,7 @@ class TestLaunchCounts(StackFlattenPick, NestedScopesCase):
 
   def test_realize_again_schedules_nothing(self):
     # a realized result is a buffer (or a view of one): nothing to compute
-    schedule = "linear_with_vars" if hasattr(Tensor, "linear_with_vars") else "schedule_with_vars"
+    schedule = "schedule_with_vars" if LINE_012 else "linear_with_vars"
     y = vmap(lambda e: spjac(e, TG))(Tensor(x:=rand(10, 3)).realize()).realize()
     with unittest.mock.patch.object(Tensor, schedule, side_effect=AssertionError(f"{schedule} called")):
       self.assertEqual(kernels(y.realize), 0)
@@ -193,7 +194,7 @@ class TestScalarPerExampleOutside(VmapTestCase):
 
 class TestOuter(StackFlattenPick, MultiConsumerNodes, NestedScopesCase):
   """AxisType.OUTER runs the scope once per index, one after the other"""
-  axis_type = getattr(AxisType, "OUTER", None)   # None on 0.14 (no OUTER): these skip there, docs/internals.md's table
+  axis_type = AxisType.OUTER if LINE_012 else None   # None on 0.14 (no OUTER): these skip there, docs/internals.md's table
 
   @unittest.skipUnless(Device.DEFAULT == "CPU", "counts are for the CPU backend")
   def test_launches_grow_with_batch(self):
@@ -211,9 +212,9 @@ class TestOneAtATime(StackFlattenPick, MultiConsumerNodes, NestedScopesCase):
 
 # one OUTER scope in a depth 2 nest (OUTER scopes nested in OUTER scopes are in test_vmap_outer.py)
 class TestOuterAroundLoop(StackFlattenPick, MultiConsumerNodes, NestedScopesCase):
-  axes, sizes, axis_type = (1, 0), (3, 2), (getattr(AxisType, "OUTER", None), AxisType.LOOP)
+  axes, sizes, axis_type = (1, 0), (3, 2), (AxisType.OUTER if LINE_012 else None, AxisType.LOOP)
 class TestLoopAroundOuter(StackFlattenPick, MultiConsumerNodes, NestedScopesCase):
-  axes, sizes, axis_type = (1, 0), (3, 2), (AxisType.LOOP, getattr(AxisType, "OUTER", None))
+  axes, sizes, axis_type = (1, 0), (3, 2), (AxisType.LOOP, AxisType.OUTER if LINE_012 else None)
 
 if __name__ == "__main__":
   unittest.main()

@@ -1,12 +1,13 @@
 """Shared helpers for the vmap tests: random data, the VMAPIN/VMAPOUT bracket, and the independent oracle (a numpy loop over examples)."""
-import functools, inspect, os, unittest
+import functools, os, unittest
 from types import SimpleNamespace
 import numpy as np
 from tinygrad import Tensor, GlobalCounters, Device
 from tinygrad.uop.ops import AxisType
+from tinygrad.fork_line import LINE_012
 from tinygrad.vmap import vmap_range, varg
-try: from tinygrad.uop.spec import tensor_spec as TENSOR_SPEC           # the tensor graph's spec: tensor_spec on 0.12, spec_tensor on 0.14
-except ImportError: from tinygrad.uop.spec import spec_tensor as TENSOR_SPEC
+if LINE_012: from tinygrad.uop.spec import tensor_spec as TENSOR_SPEC   # the tensor graph's spec: tensor_spec on 0.12, spec_tensor on 0.14
+else: from tinygrad.uop.spec import spec_tensor as TENSOR_SPEC
 
 RNG = np.random.default_rng(20261122)
 
@@ -14,11 +15,11 @@ RNG = np.random.default_rng(20261122)
 
 def param(x, **kwargs) -> Tensor:
   """a Tensor whose .grad backward() fills: requires_grad=True on 0.12; 0.14 has no requires_grad (backward fills every float leaf)"""
-  return Tensor(x, requires_grad=True, **kwargs) if "requires_grad" in inspect.signature(Tensor.__init__).parameters else Tensor(x, **kwargs)
+  return Tensor(x, requires_grad=True, **kwargs) if LINE_012 else Tensor(x, **kwargs)
 
 def realize_with_buffers(t:Tensor) -> list:
   """realizes t and returns the Buffers its kernels use (t's own, its inputs' and the intermediates'), from its schedule"""
-  if hasattr(t, "schedule"):
+  if LINE_012:
     from tinygrad.engine.realize import run_schedule
     sched = t.schedule()
     bufs = [b for ei in sched for b in ei.bufs if b is not None]
@@ -36,7 +37,7 @@ def realize_with_buffers(t:Tensor) -> list:
 
 def jit_kernels(jf) -> int:
   """how many kernels a TinyJit replays"""
-  if hasattr(jf.captured, "jit_cache"): return len(jf.captured.jit_cache)
+  if LINE_012: return len(jf.captured.jit_cache)
   from tinygrad.uop.ops import Ops
   # a CALL a kernel, or one command buffer of them all (hcq: TinyJit's CPU graph of a capture of many kernels)
   return sum(len(c.arg.aux.kernels) if c.src[0].op is Ops.CUSTOM_FUNCTION and c.src[0].arg == "hcq" else 1
@@ -44,33 +45,32 @@ def jit_kernels(jf) -> int:
 
 def training():
   """the context dropout & co draw in: Tensor.train() on 0.12, Context(TRAINING=1) on 0.14"""
-  if hasattr(Tensor, "train"): return Tensor.train()
+  if LINE_012: return Tensor.train()
   from tinygrad.helpers import Context
   return Context(TRAINING=1)
 
 def schedule_cache_size() -> int:
   """how many schedules the schedule cache holds"""
-  try: from tinygrad.engine.schedule import schedule_cache
-  except ImportError: from tinygrad.schedule import schedule_cache
+  if LINE_012: from tinygrad.engine.schedule import schedule_cache
+  else: from tinygrad.schedule import schedule_cache
   return len(schedule_cache)
 
 def compiled_programs() -> int:
   """how many kernels this process has compiled: 0.14's to_program cache, 0.12's method cache"""
-  try: from tinygrad.codegen import to_program_cache
-  except ImportError: from tinygrad.engine.realize import method_cache as to_program_cache
+  if LINE_012: from tinygrad.engine.realize import method_cache as to_program_cache
+  else: from tinygrad.codegen import to_program_cache
   return len(to_program_cache)
 
-# the 0.12 line's vmap scopes reach the scheduler (which refuses some sharded cases with a clear error); on 0.14 (no OUTER) a scope is a
-# batched graph from its vmapout on, and upstream's multi-device code runs those cases
-SCOPES_IN_SCHEDULER = hasattr(AxisType, "OUTER")
+# LINE_012: the 0.12 line's vmap scopes reach the scheduler (which refuses some sharded cases with a clear error); on 0.14 (no OUTER) a
+# scope is a batched graph from its vmapout on, and upstream's multi-device code runs those cases
 
 def needs_grad(t:Tensor) -> Tensor:
   """t, marked for backward() to fill its .grad: requires_grad_() on 0.12; 0.14 fills every float leaf's"""
-  return t.requires_grad_() if hasattr(t, "requires_grad_") else t
+  return t.requires_grad_() if LINE_012 else t
 
 def kernel_sources(t:Tensor) -> list[str]:
   """the source code of the kernels that realize t, in the order they run"""
-  if hasattr(t, "schedule"): return [p.src for ei in t.schedule() if (p:=getattr(ei.lower().prg, "p", None)) is not None]
+  if LINE_012: return [p.src for ei in t.schedule() if (p:=getattr(ei.lower().prg, "p", None)) is not None]
   from tinygrad.engine.realize import compile_linear
   from tinygrad.uop.ops import Ops
   return [u.arg for u in compile_linear(t.schedule_linear()).toposort() if u.op is Ops.SOURCE]

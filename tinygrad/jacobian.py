@@ -5,10 +5,11 @@ Jacobian is one batched computation (one kernel where fn is one). `jacrev` pulls
 upstream's reverse mode (`Tensor.gradient` with a cotangent), vmapped the same way. `hessian` is `jacfwd(jacrev(fn))`.
 """
 from __future__ import annotations
-import inspect, itertools, operator
+import itertools, operator
 from typing import Callable
 from tinygrad.dtype import dtypes
 from tinygrad.tensor import Tensor
+from tinygrad.fork_line import LINE_012
 from tinygrad.vmap import vmap
 from tinygrad.jvp import jvp, fresh_copy, tracing, untraced
 from tinygrad.pytree import tree_leaves, tree_unflatten, tree_map_skip_none
@@ -86,12 +87,12 @@ def jacfwd(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
 
 def _eye(n:int, dtype, device) -> Tensor:
   """the basis a Jacobian's vmap runs over, on device (0.14's eye has no device: it is computed where it is read)"""
-  return Tensor.eye(n, dtype=dtype, device=device) if "device" in inspect.signature(Tensor.eye).parameters else Tensor.eye(n, dtype=dtype)
+  return Tensor.eye(n, dtype=dtype, device=device) if LINE_012 else Tensor.eye(n, dtype=dtype)
 
 def _gradient(y:Tensor, xs:list[Tensor], ct:Tensor) -> list[Tensor]:
   """the vector-Jacobian products of y with cotangent ct, zeros for an x y doesn't depend on (0.12 says materialize_grads; 0.14 has no
   such argument and gives zeros itself)"""
-  if "materialize_grads" in inspect.signature(Tensor.gradient).parameters: return y.gradient(*xs, gradient=ct, materialize_grads=True)
+  if LINE_012: return y.gradient(*xs, gradient=ct, materialize_grads=True)
   return y.gradient(*xs, gradient=ct)
 
 def jacrev(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Callable:

@@ -9,8 +9,9 @@ import contextlib, math
 from typing import Any, Callable, Sequence
 from tinygrad.dtype import dtypes
 from tinygrad.uop.ops import UOp, Ops, GroupOp
-try: from tinygrad.gradient import prod_of_others         # 0.12 (its fix-gradient-prod-zero topic)
-except ImportError: from tinygrad.mixin.gradient import prod_of_others  # 0.14 (the same topic there)
+from tinygrad.fork_line import LINE_012
+if LINE_012: from tinygrad.gradient import prod_of_others   # 0.12 (its fix-gradient-prod-zero topic)
+else: from tinygrad.mixin.gradient import prod_of_others    # 0.14 (the same topic there)
 from tinygrad.tensor import Tensor
 from tinygrad.transform_state import TRANSFORMS, on_device
 from tinygrad.device import Device
@@ -110,7 +111,7 @@ primitive_jvps: dict[Ops, Callable[[tuple[UOp|None, ...], UOp], UOp|None]] = {
   **{op: rule for names, rule in ((("REDUCE_AXIS",), _reduce_axis_jvp), (("ASSIGN",), _assign_jvp), (("MULTI",), _multi_jvp),
                                   (("STACK", "MSTACK"), _stack_jvp), (("UNSHARD", "MSELECT"), _linear_jvp), (("ALLREDUCE",), _allreduce_jvp))
                             for op in _ops(*names)},
-  **({Ops.STORE: _store_jvp, Ops.AFTER: _after_jvp} if not hasattr(Ops, "ASSIGN") else {}),
+  **({Ops.STORE: _store_jvp, Ops.AFTER: _after_jvp} if not LINE_012 else {}),
 }
 
 def tangent_of(u:UOp, src_tangents:tuple[UOp|None, ...]) -> UOp|None:
@@ -177,18 +178,18 @@ def fresh_copy(x:Tensor, i:int) -> Tensor:
   const, which keys like an input buffer in the schedule cache; 0.14 has no unique consts, there it is a Variable fixed at 1 named by
   where the copy is made (this trace's depth, the copy's position), so repeat calls build the same graph and hit the cache all the
   same, and the transform puts x back in what it returns (`untraced`), so no later call's copy can meet it"""
-  if hasattr(Ops, "UNIQUE"): return x * Tensor(1, device=x.device, dtype=x.dtype, _force_unique=True)
+  if LINE_012: return x * Tensor(1, device=x.device, dtype=x.dtype, _force_unique=True)
   one = UOp.variable(f"jvp_copy_{len(_open_traces)}_{i}", 1, 1)
   return x._apply_uop(lambda u: u * one.cast(u.dtype))
 
 def _one_of(c:Tensor) -> UOp:
   """the 1 a fresh copy is x times: the last unique CONST of its graph (0.12, one's srcs come after all of x's), or its Variable (0.14)"""
-  if hasattr(Ops, "UNIQUE"): return [u for u in c.uop.toposort() if u.op is Ops.CONST and any(s.op is Ops.UNIQUE for s in u.src)][-1]
+  if LINE_012: return [u for u in c.uop.toposort() if u.op is Ops.CONST and any(s.op is Ops.UNIQUE for s in u.src)][-1]
   return c.uop.src[1].src[0]
 
 def untraced(tree, copies:list[Tensor]):
   """tree's Tensors with each fresh copy in `copies` replaced by its Tensor (0.14; on 0.12 the unique consts stay, folded later)"""
-  if hasattr(Ops, "UNIQUE") or not copies: return tree
+  if LINE_012 or not copies: return tree
   back = {c.uop: c.uop.src[0] for c in copies}
   return tree_map_skip_none(lambda t: Tensor(t.uop.substitute(back), device=t.device) if isinstance(t, Tensor) else t, tree)
 

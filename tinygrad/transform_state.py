@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 from tinygrad.uop.ops import UOp, Ops, AxisType, sint
 from tinygrad.dtype import dtypes
+from tinygrad.fork_line import LINE_012
 
 # the dtype of RANGEs and of a varg's kept-axis CONST(0): dtypes.index on the 0.12 line, dtypes.weakint (its successor) on 0.14
-INDEX = dtypes.index if hasattr(dtypes, "index") else dtypes.weakint
+INDEX = dtypes.index if LINE_012 else dtypes.weakint
 # the varg entry of a kept (not mapped) axis (built directly: UOp.const takes (dtype, value) on 0.12 and (value, dtype) on 0.14)
 KEPT = UOp(Ops.CONST, INDEX, arg=0, src=())
 

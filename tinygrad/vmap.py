@@ -1,8 +1,10 @@
 """vmap for tinygrad: `vmap(fn)` runs a function written for ONE example over a batch, as one batched kernel.
 
 `vmap` is built on the VMAPIN/VMAPOUT bracket (`Tensor.vmapin` / `Tensor.vmapout`): a scope is opened by `x.vmapin(varg)` and closed by
-`y.vmapout(varg)`. A varg has one entry per axis: a RANGE for a mapped (batch) axis, `KEPT` (`UOp.const(dtypes.index, 0)`) for a kept axis. The
-scheduler turns the scope into a loop over the RANGE inside the kernel. `vmap_range` and `varg` are the helpers to build a bracket by hand.
+`y.vmapout(varg)`. A varg has one entry per axis: a RANGE for a mapped (batch) axis, `KEPT` for a kept axis
+(0.14: `UOp.const(0, dtypes.weakint)`; 0.12: `UOp.const(dtypes.index, 0)`). On 0.14 (the default line) `Tensor.vmapout` rebuilds the scope
+over the batch, one batching rule per op (tinygrad/batching.py); on 0.12 the scheduler turns the scope into a loop over the RANGE inside the
+kernel. Either way the batch is a loop inside the kernels. `vmap_range` and `varg` build a bracket by hand, the same code on both lines.
 """
 from __future__ import annotations
 import contextlib, functools, gc, inspect, weakref
@@ -11,13 +13,14 @@ from typing import Any, Callable
 from tinygrad.dtype import dtypes
 from tinygrad.device import Device
 from tinygrad.uop.ops import UOp, Ops, GroupOp, AxisType, sint
+from tinygrad.fork_line import LINE_012
 from tinygrad.tensor import Tensor, is_numpy_ndarray   # tensor.py has it on both lines (0.12 imports it from helpers)
 from tinygrad.pytree import tree_map, tree_leaves
 from tinygrad.transform_state import TRANSFORMS, KEPT, on_device
 
 def vmap_range(size:sint, axis_type:AxisType=AxisType.LOOP) -> UOp:
-  """a fresh RANGE for one vmap scope (an id of its own: TRANSFORMS.fresh_range). LOOP runs the batch as a loop inside the kernels, OUTER
-  runs the scope once per index."""
+  """a fresh RANGE for one vmap scope (an id of its own: TRANSFORMS.fresh_range). LOOP runs the batch as a loop inside the kernels; OUTER
+  (0.12 only: 0.14's AxisType has no OUTER) runs the scope once per index."""
   return TRANSFORMS.fresh_range(size, axis_type)
 
 def varg(ndim:int, mapped:dict[int, UOp]) -> tuple[UOp, ...]:
@@ -279,7 +282,7 @@ def _batch_of_output(scope:_Scope, y, axis:int|None, path:str):
 def _outputs_share_batching():
   """0.14's vmapout rebuilds its scope's graph over the batch (tinygrad/batching.py): fn's outputs share what they rebuilt. 0.12 lowers a
   scope in rangeify, for all its outputs at once"""
-  if hasattr(AxisType, "OUTER"): return contextlib.nullcontext()
+  if LINE_012: return contextlib.nullcontext()
   from tinygrad.batching import shared_batching
   return shared_batching()
 
@@ -322,7 +325,7 @@ def _chunked_vmap(fn:Callable, inputs:_BatchedInputs, out_axes, chunk_size:int, 
   if inputs.devices is not None:
     raise NotImplementedError(f"vmap chunk_size with a batch sharded on {inputs.devices}: each device runs its shard as one loop already, "
                               "drop chunk_size (or pass fewer examples per call)")
-  if not hasattr(AxisType, "OUTER"): return _chunk_by_chunk(fn, inputs, out_axes, chunk_size, randomness)
+  if not LINE_012: return _chunk_by_chunk(fn, inputs, out_axes, chunk_size, randomness)
   n, (chunks, rest) = inputs.size, divmod(inputs.size, chunk_size)
   _draws.append(draws:=_Draws([]))
   try:
@@ -347,8 +350,10 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
   - `out_axes`: the same for the output of `fn` (a Tensor or a tuple/list/dict of them, nested); None only for outputs that don't depend
     on the batch. Negative axes count from the end of the batched output.
   - `axis_size`: the batch size, needed when no argument is mapped.
-  - `chunk_size`: run the batch `chunk_size` examples at a time (an OUTER range over chunks around a loop inside each chunk), so buffers
-    realized inside `fn` hold `chunk_size` examples, not the whole batch. `chunk_size=1` is a sequential map, like `jax.lax.map`.
+  - `chunk_size`: run the batch `chunk_size` examples at a time, so buffers realized inside `fn` hold `chunk_size` examples, not the whole
+    batch. `chunk_size=1` is a sequential map, like `jax.lax.map`. On 0.14 each chunk is a scope of its own whose start is a bound
+    Variable (its kernels compile once, each chunk binds its start), the outputs joined with cat; on 0.12 an OUTER range over the chunks
+    runs around a loop inside each chunk. A batch that doesn't divide ends with a shorter chunk.
   - `randomness`: what Tensor.rand & co inside `fn` do: "error" (refuse), "same" (one draw for every example), "different" (a draw each).
 
   ```python exec="true" source="above" session="tensor" result="python"

@@ -11,15 +11,16 @@ default line, or on UPSTREAM=<version> (the environment: make passes its UPSTREA
   fork.py pristine                     print the directory holding pristine upstream (downloads and verifies it first)
   fork.py sdist                        print the directory of the extracted, verified upstream sdist (it holds upstream's test suite)
   fork.py deps EXTRA                   print the requirements of an optional extra in pyproject.toml
-  fork.py env KEY                      print the line's KEY table (cpu_env, emulator_env) as NAME=VALUE words, for env(1)
+  fork.py env KEY [--gpu G]            print the line's KEY table (cpu_env, emulator_env, gpu_env for GPU G) as NAME=VALUE words, for env(1)
+  fork.py flag KEY                     print 1 when the line's KEY is true (bench_w7), else nothing, for make's $(if)
 
 patches/series names the topic patches in the order they apply, one a line (`#` starts a comment). A line `[S]` ends the series S:
 `--series S` is every topic above that line. Each patches/T.patch is one commit in `git format-patch` form, its message the topic's
-PR description. Git does the work in a work repo, .cache/work: pristine upstream as its first commit (tag `upstream`), then each
+PR description. Git does the work in a work repo, .cache/work-VERSION (one per line): pristine upstream as its first commit (tag `upstream`), then each
 topic applied with `git am` (tag `topic/T`). `patches` turns edits into `fixup!` commits of the topic that last touched the edited
 lines (git blame), or of --topic T, squashes them with `git rebase --autosquash` and writes every topic back with `git format-patch`.
-A change that moves code between topics is easier as a rebase by hand: `git -C .cache/work rebase -i upstream`, `edit` the topics,
-then `export`. Another line's work repo is .cache/work-VERSION. Downloads go through pip and are checked against the pinned sha256;
+A change that moves code between topics is easier as a rebase by hand: `git -C .cache/work-VERSION rebase -i upstream`, `edit` the topics,
+then `export`. Downloads go through pip and are checked against the pinned sha256;
 FORK_CACHE overrides where they are kept (default .cache/upstream).
 """
 import hashlib, io, json, os, re, shutil, subprocess, sys, tarfile, tempfile, tomllib, zipfile
@@ -127,7 +128,7 @@ def git(cwd:Path, *args, input:str|None=None, check=True) -> str:
   if check and r.returncode != 0: raise ForkError(f"git {' '.join(args)} failed in {cwd}:\n{r.stdout}{r.stderr}")
   return r.stdout
 
-def work_dir(root:Path) -> Path: return root/".cache"/("work" if is_default_line(root) else f"work-{upstream_line(root)}")
+def work_dir(root:Path) -> Path: return root/".cache"/f"work-{upstream_line(root)}"
 def series_key(root:Path) -> str:
   topics, _ = read_series(root)
   parts = [pin(root)["wheel"]["sha256"], *(t + ":" + (sha256(patch_path(root, t).read_bytes()) if patch_path(root, t).exists() else "-") for t in topics)]
@@ -187,6 +188,13 @@ def applied_topics(root:Path) -> list[str]:
   """the topics tinygrad/ was materialized with (all of patches/series when it wasn't materialized by this tool)"""
   return load_state(root).get("topics", read_series(root)[0])
 
+def line_mismatch(root:Path) -> str|None:
+  """one line naming it when tinygrad/ holds another upstream line than this command's (then every file would differ), else None"""
+  if (line := load_state(root).get("line")) is None or line == upstream_line(root): return None
+  want = "" if is_default_line(root) else f" UPSTREAM={upstream_line(root)}"
+  return (f"{PKG}/ holds the {line} line, not {upstream_line(root)}: run `make fork{want}` (or say UPSTREAM={line} to work on "
+          f"the {line} line)")
+
 def dirty(root:Path, exp:dict[str, bytes]) -> list[str]:
   """files that differ from pristine + the series"""
   return [f for f, b in exp.items() if not (root/f).exists() or (root/f).read_bytes() != b]
@@ -234,6 +242,7 @@ def blamed_topics(work:Path, ref:str, path:str, start:int, count:int, nlines:int
 
 def cmd_patches(root:Path, topic:str|None=None) -> list[str]:
   """export edits into their topics; returns the topics that changed"""
+  if (why := line_mismatch(root)) is not None: raise ForkError(why)
   series = materialized_series(root)
   work, topics, full = build_work(root), series_topics(root, series), read_series(root)[0]
   ref = tip(topics)
@@ -280,7 +289,7 @@ def write_patches(root:Path, work:Path, order:list[str]) -> None:
     patch_path(root, t).write_text(git(work, "format-patch", "-1", "-k", "--no-stat", "--no-signature", "--zero-commit", "--stdout", c))
 
 def cmd_export(root:Path) -> None:
-  """patches/ from the work repo as it is (its topics rewritten by hand: `git -C .cache/work rebase -i upstream`), then materialize"""
+  """patches/ from the work repo as it is (its topics rewritten by hand: `git -C .cache/work-VERSION rebase -i upstream`), then materialize"""
   work = work_dir(root)
   if not (work/".git").exists(): raise ForkError("no work repo: run `make fork` first")
   if git(work, "status", "--porcelain", "--untracked-files=no"): raise ForkError(f"{work} has uncommitted changes (a rebase in progress?)")
@@ -316,6 +325,7 @@ def squash_edits(root:Path, work:Path, by_topic:dict[str, list[tuple[str, str]]]
 # *** checking
 
 def cmd_check(root:Path, series:str|None=None) -> list[str]:
+  if (why := line_mismatch(root)) is not None: return [why]
   series = series or materialized_series(root)
   topics = read_series(root)[0]
   pd = rel(root, patches_dir(root))
@@ -326,8 +336,6 @@ def cmd_check(root:Path, series:str|None=None) -> list[str]:
   problems += [f"{f}: differs from pristine {upstream_line(root)} + {pd}/ ({series} series; run `make patches`, or `make fork` if it is not "
                "materialized)" for f in dirty(root, exp)]
   problems += [f"{pd}/{t}.patch: its message still says TODO" for t in topics if "TODO" in message_of(patch_path(root, t))]
-  if (line := load_state(root).get("line", fork_config(root)["default"])) != upstream_line(root):
-    problems.append(f"{PKG}/ holds the {line} line, not {upstream_line(root)}: run `make fork UPSTREAM={upstream_line(root)}`")
   if (gi := root/PKG/".gitignore").exists() and gi.read_text() != gitignore(list(exp)): problems.append(f"{PKG}/.gitignore: stale (run `make fork`)")
   return problems
 
@@ -342,7 +350,8 @@ def main(argv:list[str]) -> int:
   sub.add_parser("export")
   for c in ("pristine", "sdist"): sub.add_parser(c)
   sub.add_parser("deps").add_argument("extra")
-  sub.add_parser("env").add_argument("key")
+  (e := sub.add_parser("env")).add_argument("key"); e.add_argument("--gpu", default="CUDA")
+  sub.add_parser("flag").add_argument("key")
   a, root = ap.parse_args(argv), ROOT
   try:
     if a.cmd == "fork":
@@ -357,7 +366,8 @@ def main(argv:list[str]) -> int:
     elif a.cmd == "topics": print("\n".join(series_topics(root, a.series or FULL)))
     elif a.cmd == "pristine": print(pristine(root))
     elif a.cmd == "sdist": print(sdist(root))
-    elif a.cmd == "env": print(" ".join(f"{k}={v}" for k, v in pin(root)[a.key].items()))
+    elif a.cmd == "env": print(" ".join(f"{k}={v}".replace("{GPU}", a.gpu) for k, v in pin(root)[a.key].items()))
+    elif a.cmd == "flag": print("1" if pin(root).get(a.key) else "")
     elif a.cmd == "deps": print(" ".join(tomllib.loads((root/"pyproject.toml").read_text())["project"]["optional-dependencies"][a.extra]))
   except ForkError as e:
     print(f"fork: {e}", file=sys.stderr); return 1

@@ -1,3 +1,4 @@
+# line: 0.14.0 only (the default line; its topics in patches-0.14.0/ hook it, the frozen 0.12.0 line never imports it)
 # TinyJit's replay on the 0.14.0 line (the eager-cost topic hooks it into CapturedJit.__call__): the captured linear's kernels as a plan
 # made once, so a replay launches each kernel without run_linear's per-CALL work (a PatternMatcher dispatch, resolving and unwrapping
 # every buffer, the runtime cache lookup, launch dims and stats re-derived): ~35-55 us a kernel in Python, the whole cost of a small one.

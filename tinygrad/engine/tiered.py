@@ -1,3 +1,4 @@
+# line: 0.12.0 only (the frozen line, the seeds' design; its topics in patches/ hook it, the 0.14.0 line never imports it)
 """Tiered builds (the first-call topic patch hooks them into engine/realize.py): a kernel's first build is quick (clang -O1, a third of
 -O2's time, and without the heuristic's opts that are slow to build: QUICK_OPTS), and a kernel that runs a second time is rebuilt in
 full in the background and swapped in. A schedule's kernels not built yet go to one compiler process together (compile_together).

@@ -1,3 +1,4 @@
+# line: 0.12.0 only (the frozen line, the seeds' design; its topics in patches/ hook it, the 0.14.0 line never imports it)
 """Where a vmap becomes a loop: the scheduler's vmap pieces, hooked into upstream's scheduler by the vmap topic patches.
 
 - rangeify (schedule/indexing.py, vmap-rangeify): vmap_scopes finds the scopes each node is in, so a buffer realized inside a scope gets

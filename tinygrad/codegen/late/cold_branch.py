@@ -7,10 +7,11 @@ import heapq
 from collections import defaultdict
 from tinygrad.uop.ops import UOp, Ops, GroupOp
 from tinygrad.dtype import dtypes, AddrSpace
+from tinygrad.fork_line import LINE_012
 
 COLD_ARM_MIN_OPS = 48  # below this a mispredicted branch costs more than computing the arm
 # the 0.12 line keeps vectors (GEP, VECTORIZE) and has DEFINE_REG; the 0.14 line devectorizes every ALU and a register is a REG BUFFER
-VECTORS = hasattr(Ops, "GEP")
+VECTORS = LINE_012
 MOVABLE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST} | ({Ops.GEP, Ops.VECTORIZE} if VECTORS else set())
 
 def _const(dtype, v) -> UOp:

@@ -1,3 +1,4 @@
+# line: 0.14.0 only (the default line; its topics in patches-0.14.0/ hook it, the frozen 0.12.0 line never imports it)
 """Which floats clang's kernels move a vector register at a time (the 0.14 line's cpu-codegen topic, hooked into memory_coalescing).
 
 0.14 devectorizes every ALU, and clang vectorizes the scalars back. Its SLP vectorizer packs a register tile's accumulators no wider than

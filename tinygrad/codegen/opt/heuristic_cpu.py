@@ -7,12 +7,13 @@ from tinygrad.codegen.opt import Opt, OptOps
 from tinygrad.helpers import NOOPT, ContextVar
 from tinygrad.uop.ops import UOp, Ops, GroupOp, AxisType
 from tinygrad.renderer import Renderer
+from tinygrad.fork_line import LINE_012
 from tinygrad.codegen.opt.postrange import Scheduler
 from tinygrad.codegen.opt.heuristic_gpu import unit_stride
-try: from tinygrad.codegen.late.devectorizer import vector_decomposition
-except ImportError: vector_decomposition = None   # the 0.14 line: its codegen keeps no vector ALUs, and only cpu_gemm_tile is hooked there
+if LINE_012: from tinygrad.codegen.late.devectorizer import vector_decomposition
+else: vector_decomposition = None   # the 0.14 line: its codegen keeps no vector ALUs, and only cpu_gemm_tile is hooked there
 
-def renderer_device(ren:Renderer) -> str: return ren.target.device if hasattr(ren, "target") else ren.device   # 0.14: in its Target
+def renderer_device(ren:Renderer) -> str: return ren.device if LINE_012 else ren.target.device   # 0.14: in its Target
 
 def stored(k:Scheduler) -> list[UOp]: return [u.src[0] for u in k.ast.backward_slice if u.op is Ops.STORE]
 def sum_of_products(op:Ops, x:UOp) -> bool: return op is Ops.ADD and x.op is Ops.MUL and all(s.op is Ops.INDEX for s in x.src)
