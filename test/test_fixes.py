@@ -4,7 +4,8 @@ import unittest, sys, contextlib
 from unittest import mock
 import numpy as np
 from tinygrad import Tensor, Device, dtypes, GlobalCounters, vmap
-from tinygrad.helpers import Context, ContextVar
+from tinygrad.helpers import Context
+from tinygrad.fork_line import LINE_012
 from tinygrad.uop.ops import UOp, Ops, KernelInfo
 from vmap_oracle import cpu_devices_missing, on_test_device
 
@@ -239,20 +240,20 @@ class TestFixes(unittest.TestCase):
 class Forced(Exception): pass
 
 def failing(stage:str) -> contextlib.ExitStack:
-  """a context in which one stage of a realize raises Forced, on either line: the function of that stage wherever a tinygrad module
-  bound it (schedule: 0.12's complete_create_schedule_with_vars, 0.14's create_linear_with_vars; codegen: get_program, to_program),
-  the default device's compiler (compile) and its program's call (run)"""
+  """a context in which one stage of a realize raises Forced: the line's function for it wherever a tinygrad module bound it (schedule,
+  codegen), the default device's compiler (compile: compile_cached and what else it has) and its programs' call (run)"""
   def boom(*args, **kwargs): raise Forced(stage)
-  dev, names = Device[Device.DEFAULT], {"schedule": ("complete_create_schedule_with_vars", "create_linear_with_vars"),
-                                       "codegen": ("get_program", "to_program")}
+  dev = Device[Device.DEFAULT]
+  fxn = {"schedule": "complete_create_schedule_with_vars" if LINE_012 else "create_linear_with_vars",
+         "codegen": "get_program" if LINE_012 else "to_program"}
   if stage == "compile": targets = [(dev.compiler, n) for n in ("compile", "compile_cached", "compile_cached_many") if hasattr(dev.compiler, n)]
-  elif stage == "run": targets = [(getattr(dev, "runtime_t", None) or dev.runtime.func, "__call__")]
-  else: targets = [(m, n) for m in list(sys.modules.values()) if m.__name__.startswith("tinygrad.") for n in names[stage]
-                   if callable(f:=getattr(m, n, None)) and getattr(f, "__module__", "").startswith("tinygrad.")]
+  elif stage == "run": targets = [(dev.runtime.func if LINE_012 else dev.runtime_t, "__call__")]   # 0.12's runtime is a partial of the class
+  else: targets = [(m, fxn[stage]) for m in list(sys.modules.values()) if m.__name__.startswith("tinygrad.")
+                   and getattr(getattr(m, fxn[stage], None), "__module__", "").startswith("tinygrad.")]
   assert targets, stage
   stack = contextlib.ExitStack()
   # 0.14 lowers and compiles several kernels in a pool of processes, which these patches don't reach: here, in this one
-  if "PARALLEL" in ContextVar._cache: stack.enter_context(Context(PARALLEL=0))
+  if not LINE_012: stack.enter_context(Context(PARALLEL=0))
   for obj, name in targets: stack.enter_context(mock.patch.object(obj, name, side_effect=boom))
   return stack
 
@@ -260,8 +261,9 @@ STAGES = ("schedule", "codegen", "compile", "run")
 
 class TestRealizeError(unittest.TestCase):
   # fix-realize-error-keeps-data: a realize that raised after it gave the Tensors their new buffers left them naming buffers nobody
-  # fills: a lazy input (a Tensor of numpy data) and the Tensors being realized read zeros (vanilla 0.14: a compile error; 0.12: the
-  # realized Tensor). Each stage raises once here; then every input reads its data and every realized Tensor computes
+  # fills: a lazy input (a Tensor of numpy data) and the Tensors being realized read zeros (vanilla 0.14: both, after a codegen or compile
+  # error; vanilla 0.12: the realized Tensor). Each stage raises once here; then every input reads its data and every realized Tensor
+  # computes its values
   def check(self, stage:str, c:float, kept=0):
     # c: a constant of this test's own, so its kernels aren't in a cache from an earlier test (codegen and compile would be skipped)
     xn, zn = rand(6, seed=1).astype(np.float32), rand(6, seed=2).astype(np.float32)
