@@ -1,9 +1,11 @@
 """The upstream bugs the fix-* topic patches fix, each as its plain repro (no vmap: vanilla 0.12.0 or 0.14.0 fails each) against numpy.
 The vmap cases the fuzzer found them by are in test/test_vmap_fuzz.py (TestFuzzRegressions); docs/internals.md maps topics to tests."""
-import unittest
+import unittest, sys, contextlib
+from unittest import mock
 import numpy as np
-from tinygrad import Tensor, Device, dtypes, GlobalCounters
+from tinygrad import Tensor, Device, dtypes, GlobalCounters, vmap
 from tinygrad.helpers import Context
+from tinygrad.fork_line import LINE_012
 from tinygrad.uop.ops import UOp, Ops, KernelInfo
 from vmap_oracle import cpu_devices_missing, on_test_device
 
@@ -135,7 +137,7 @@ class TestFixes(unittest.TestCase):
     np.testing.assert_equal(on_test_device(a.cat(b)).numpy(), [1.5, 1.5, 1.5, 2.5])
 
   def test_refused_schedule_keeps_the_inputs(self):
-    # fix-schedule-error-keeps-data (0.14): a graph the scheduler refuses (a shrink of a sharded axis) raised after every Tensor was
+    # fix-realize-error-keeps-data (0.14): a graph the scheduler refuses (a shrink of a sharded axis) raised after every Tensor was
     # given its new buffer, so the input, a lazy copy of numpy data, read as zeros afterwards
     if (why:=cpu_devices_missing()) is not None: self.skipTest(why)
     x = rand(4, 4)
@@ -234,6 +236,74 @@ class TestFixes(unittest.TestCase):
       want = [x]
       for _ in range(5): want.insert(0, want[0] * 0.5 + 1)
       np.testing.assert_allclose(recursion(Tensor(x, dtype=dtypes.float32)).numpy(), np.stack(want), rtol=1e-6)
+
+class Forced(Exception): pass
+
+def failing(stage:str) -> contextlib.ExitStack:
+  """a context in which one stage of a realize raises Forced: the line's function for it wherever a tinygrad module bound it (schedule,
+  codegen), the default device's compiler (compile: compile_cached and what else it has) and its programs' call (run)"""
+  def boom(*args, **kwargs): raise Forced(stage)
+  dev = Device[Device.DEFAULT]
+  fxn = {"schedule": "complete_create_schedule_with_vars" if LINE_012 else "create_linear_with_vars",
+         "codegen": "get_program" if LINE_012 else "to_program"}
+  if stage == "compile": targets = [(dev.compiler, n) for n in ("compile", "compile_cached", "compile_cached_many") if hasattr(dev.compiler, n)]
+  elif stage == "run": targets = [(dev.runtime.func if LINE_012 else dev.runtime_t, "__call__")]   # 0.12's runtime is a partial of the class
+  else: targets = [(m, fxn[stage]) for m in list(sys.modules.values()) if m.__name__.startswith("tinygrad.")
+                   and getattr(getattr(m, fxn[stage], None), "__module__", "").startswith("tinygrad.")]
+  assert targets, stage
+  stack = contextlib.ExitStack()
+  # 0.14 lowers and compiles several kernels in a pool of processes, which these patches don't reach: here, in this one
+  if not LINE_012: stack.enter_context(Context(PARALLEL=0))
+  for obj, name in targets: stack.enter_context(mock.patch.object(obj, name, side_effect=boom))
+  return stack
+
+STAGES = ("schedule", "codegen", "compile", "run")
+
+class TestRealizeError(unittest.TestCase):
+  # fix-realize-error-keeps-data: a realize that raised after it gave the Tensors their new buffers left them naming buffers nobody
+  # fills: a lazy input (a Tensor of numpy data) and the Tensors being realized read zeros (vanilla 0.14: both, after a codegen or compile
+  # error; vanilla 0.12: the realized Tensor). Each stage raises once here; then every input reads its data and every realized Tensor
+  # computes its values
+  def check(self, stage:str, c:float, kept=0):
+    # c: a constant of this test's own, so its kernels aren't in a cache from an earlier test (codegen and compile would be skipped)
+    xn, zn = rand(6, seed=1).astype(np.float32), rand(6, seed=2).astype(np.float32)
+    f = lambda x, z: ((x * c + 1).sin(), x.exp() * z)
+    # kept: realize the same structure before, on realized inputs, that many times (0.14's eager-cost keeps its template after one, and
+    # the template's compiled schedule after two); its kernels are compiled then, so codegen and compile may not happen again
+    for i in range(kept): Tensor.realize(*f(Tensor(rand(6, seed=10+i).astype(np.float32)).realize(), Tensor(zn).realize()))
+    x, z = Tensor(xn), Tensor(zn).realize()
+    if kept: x.realize()
+    y, w = f(x, z)
+    with failing(stage):
+      if kept and stage != "run":
+        try: Tensor.realize(y, w)
+        except Forced: pass
+      else:
+        with self.assertRaises(Forced): Tensor.realize(y, w)
+    np.testing.assert_equal(x.numpy(), xn)
+    np.testing.assert_equal(z.numpy(), zn)
+    np.testing.assert_allclose(y.numpy(), np.sin(xn * c + 1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(w.numpy(), np.exp(xn) * zn, rtol=1e-5)
+
+  def test_schedule_raises(self): self.check("schedule", 1.25)
+  def test_codegen_raises(self): self.check("codegen", 1.5)
+  def test_compile_raises(self): self.check("compile", 1.75)
+  def test_run_raises(self): self.check("run", 2.25)
+
+  def test_kept_template_raises(self):
+    # eager-cost (0.14) realizes a structure seen before from a kept template, which gives the Tensors their buffers itself
+    for kept in (1, 2):
+      for i, stage in enumerate(STAGES): self.check(stage, kept + 1.5 + i / 8, kept=kept)
+
+  def test_vmap_raises(self):
+    xn = rand(4, 6, seed=3).astype(np.float32)
+    for i, stage in enumerate(STAGES):
+      x = Tensor(xn)
+      y = vmap(lambda r, c=3.5 + i / 4: (r * c).softmax() + r.max())(x)
+      with failing(stage), self.assertRaises(Forced): y.realize()
+      np.testing.assert_equal(x.numpy(), xn)
+      e = np.exp(xn * (c:=3.5 + i / 4) - (xn * c).max(1, keepdims=True))
+      np.testing.assert_allclose(y.numpy(), e / e.sum(1, keepdims=True) + xn.max(1, keepdims=True), rtol=1e-5, atol=1e-6)
 
 if __name__ == "__main__":
   unittest.main()
