@@ -1,6 +1,6 @@
-"""vmap on the 0.14 line batches a scope whose structure it batched before from a kept template (tinygrad/batching.py, ScopeTemplate):
-the batch of the same per-example graph on new leaves (inputs, closed-over values, an enclosing scope's RANGE). A template must give the
-very UOps batching gives (`is`) and results that match a numpy loop over the examples."""
+"""vmap on the 0.14 line batches a scope whose structure it batched before from a kept template (tinygrad/batching.py, a Template of
+tinygrad/structure_template.py): the batch of the same per-example graph on new leaves (inputs, closed-over values, an enclosing scope's
+RANGE). A template must give the very UOps batching gives (`is`) and results that match a numpy loop over the examples."""
 import unittest
 import numpy as np
 from tinygrad import Tensor

@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from tinygrad.uop import Ops, GroupOp
-from tinygrad.uop.ops import UOp, PatternMatcher, UPat, sint, ssimplify, graph_rewrite, rewrite_group, TRACK_MATCH_STATS, ParamArg, shape_to_shape_arg
+from tinygrad.uop.ops import UOp, PatternMatcher, UPat, sint, ssimplify, graph_rewrite, rewrite_group, TRACK_MATCH_STATS
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import DEBUG_RANGEIFY
 from tinygrad.transform_state import KEPT
+from tinygrad.structure_template import Structure, KeptTemplates, TEMPLATE_CHECK, check_hit, is_constant, make_template
 
 def _size(r:UOp) -> sint: return ssimplify(r.src[0])
 
@@ -102,13 +103,10 @@ def _aligned(b:UOp, d:tuple[UOp, ...], dims:tuple[UOp, ...]) -> UOp:
   return b if d == dims else b.reshape(tuple(_size(r) if r in d else 1 for r in dims) + b.shape[len(d):])
 
 @dataclass
-class ScopeOutputs:
+class ScopeOutputs(Structure):
   """what a scope's outputs batched so far share: the rules' batch of each node, and the structure walked (each node's place in it, the
-  key, the leaves) and the templates' nodes rebuilt. Outside shared_batching() each output starts afresh"""
+  key, the leaves: a Structure) and the templates' nodes rebuilt. Outside shared_batching() each output starts afresh"""
   done: dict[UOp, tuple[UOp, tuple[UOp, ...]]] = field(default_factory=dict)
-  index: dict[UOp, int] = field(default_factory=dict)
-  key: list = field(default_factory=list)
-  leaves: list[UOp] = field(default_factory=list)
   rebuilt: dict[UOp, UOp] = field(default_factory=dict)
   walkable: bool = True   # False after a walk gave up: the outputs after it take the rules
 
@@ -130,32 +128,20 @@ def batch_scope(y:UOp, varg:tuple[UOp, ...]) -> UOp:
   elif (t:=_templates.get(key:=tuple(outs.key))) is not None:
     outs.rebuilt.update(zip(t.placeholders, outs.leaves))
     ret = t.rebuild(outs.rebuilt)
+    if TEMPLATE_CHECK: check_hit([ret], [_batched(y, varg, {})], "a vmap scope's batch")
   else:
     ret = _batched(y, varg, outs.done)
-    if key not in _templates: _templates[key] = _make_template(ret, outs.leaves)
-    if len(_templates) > TEMPLATES_KEPT: del _templates[next(iter(_templates))]
+    if key not in _templates: _templates.keep(key, make_template([ret], outs.leaves))
   if TRACK_MATCH_STATS >= 2: _trace_scope(UOp(Ops.VMAPOUT, y.dtype, (y, *varg)), ret)
   return ret
 
 # *** a scope whose structure was batched before: an eager call of a vmapped function batches the same per-example graph again, on new
 # inputs and a new RANGE, and its rules build every node anew (~20 us a node, 2.7 ms of bench W4's 3.5 ms eager call). The batch is a
 # function of the scope's structure and of its leaves (what it reads from outside: inputs, closed-over values, an enclosing scope's
-# RANGEs), so it is kept per structure with a placeholder for each leaf, and a scope batched before puts its leaves in their place.
+# RANGEs), so it is kept per structure with a placeholder for each leaf (tinygrad/structure_template.py), and a scope batched before
+# puts its leaves in their place. None: the batch reads a leaf's insides (besides constants), which would stay the first call's
 
-@dataclass(frozen=True)
-class ScopeTemplate:
-  batched: UOp                   # the scope's batch with placeholders where it reads its leaves
-  placeholders: tuple[UOp, ...]  # per leaf of the scope, in the order _walk_scope lists them (the scope's outputs so far)
-  order: tuple[UOp, ...]         # the nodes of batched that read a placeholder, srcs first: what a hit builds anew
-  def rebuild(self, memo:dict[UOp, UOp]) -> UOp:
-    """the batch on the leaves memo maps the placeholders to (memo also keeps what the scope's outputs built before this one)"""
-    for u in self.order:
-      if u not in memo: memo[u] = UOp(u.op, u.dtype, tuple([memo.get(s, s) for s in u.src]), u.arg, u.tag)
-    return memo.get(self.batched, self.batched)
-
-# a structure per Python constant the scope holds: the oldest go past this many
-TEMPLATES_KEPT = 4096
-_templates: dict[tuple, ScopeTemplate|None] = {}
+_templates = KeptTemplates(4096)
 
 def _walk_scope(y:UOp, varg:tuple[UOp, ...], outs:ScopeOutputs) -> bool:
   """y's part of the scope's structure, added to the key of the outputs walked before it (the nodes new to the walk: its own RANGEs by
@@ -164,14 +150,11 @@ def _walk_scope(y:UOp, varg:tuple[UOp, ...], outs:ScopeOutputs) -> bool:
   if not outs.walkable: return False
   ranges = tuple(a for a in varg if a.op is Ops.RANGE)
   def in_scope(u:UOp) -> bool: return any(r in u.ranges for r in ranges)
-  index, key = outs.index, outs.key
+  index = outs.index
   def leaf(u:UOp) -> bool:
-    if _is_constant(u): key.append(u)
-    else:
-      if u._shape is None or isinstance(u.device, tuple): return False
-      key.append((u.op, u.dtype, u._shape, u.arg[1:] if u.op is Ops.RANGE else None))
-      outs.leaves.append(u)
-    index[u] = len(index)
+    if is_constant(u): outs.named(u, u)
+    elif u._shape is None or isinstance(u.device, tuple): return False
+    else: outs.leaf(u, (u.op, u.dtype, u._shape, u.arg[1:] if u.op is Ops.RANGE else None))
     return True
   # the toposort of the scope's nodes not walked before: a src outside the scope is a leaf, listed where it is first read
   for u in ([y] if not in_scope(y) else y.toposort(gate=lambda u: u not in index and in_scope(u))):
@@ -180,39 +163,13 @@ def _walk_scope(y:UOp, varg:tuple[UOp, ...], outs:ScopeOutputs) -> bool:
       if not leaf(u): break
       continue
     if not all(s in index or leaf(s) for s in u.src): break
-    key.append((ranges.index(u), u.src[0]) if u in ranges else (u.op, u.dtype, u.arg, u.tag, tuple(index[s] for s in u.src)))
-    index[u] = len(index)
+    if u in ranges: outs.named(u, (ranges.index(u), u.src[0]))
+    else: outs.node(u)
   else:
-    key.append((index[y], tuple((ranges.index(a), a.src, a.arg[1:]) if a.op is Ops.RANGE else None for a in varg)))
+    outs.key.append((index[y], tuple((ranges.index(a), a.src, a.arg[1:]) if a.op is Ops.RANGE else None for a in varg)))
     return True
   outs.walkable = False
   return False
-
-def _is_constant(u:UOp) -> bool: return u.op is Ops.CONST or (u.op is Ops.STACK and all(s.op is Ops.CONST for s in u.src))
-
-def _placeholder(leaf:UOp, i:int) -> UOp:
-  """what stands for a leaf in a template: a RANGE for an enclosing scope's RANGE, else a PARAM of its dtype and shape, named apart"""
-  if leaf.op is Ops.RANGE: return leaf.replace(arg=((1 << 40)+i,)+leaf.arg[1:])   # ids far from any RANGE's (transforms' are negative)
-  return UOp(Ops.PARAM, leaf.dtype, (shape_to_shape_arg(leaf.shape),), ParamArg(i, leaf.dtype, name="vmap leaf", device=leaf.device))
-
-def _rebuild(u:UOp, subs:dict[UOp, UOp]) -> UOp:
-  """u with the nodes in subs replaced (each node once: subs is the memo), in toposort's order: a per-example graph may be thousands of
-  ops deep"""
-  for x in u.toposort(gate=lambda x: x not in subs):
-    if (src:=tuple([subs.get(s, s) for s in x.src])) != x.src: subs[x] = UOp(x.op, x.dtype, src, x.arg, x.tag)
-  return subs.get(u, u)
-
-def _make_template(batched:UOp, leaves:list[UOp]) -> ScopeTemplate|None:
-  """the batch with placeholders for the leaves; None where it reads a leaf's insides (besides constants), which would stay the first
-  call's"""
-  placeholders = tuple(_placeholder(u, i) for i,u in enumerate(leaves))
-  template = _rebuild(batched, dict(zip(leaves, placeholders)))
-  insides = {x for u in leaves for x in u.toposort() if not _is_constant(x)} - set(leaves)
-  if any(x in insides for x in template.toposort(gate=lambda x: x not in placeholders)): return None
-  reads: set[UOp] = set(placeholders)
-  for x in (topo:=template.toposort()):
-    if x not in reads and any(s in reads for s in x.src): reads.add(x)
-  return ScopeTemplate(template, placeholders, tuple(x for x in topo if x in reads and x not in placeholders))
 
 # VIZ: each scope is a graph of its own, "vmap scope rm1=1000", whose step "batch scope" starts from the bracket (the per-example graph
 # between its VMAPINs and a VMAPOUT, vargs and all) and rewrites the VMAPOUT to the batched graph: the scope dissolves there

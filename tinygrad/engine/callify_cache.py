@@ -16,9 +16,11 @@ from tinygrad.uop.ops import buffers
 from tinygrad.schedule import create_linear_with_vars
 from tinygrad.engine.realize import capturing, compile_linear, link_linear, ExecContext, track_stats, pm_exec
 from tinygrad.codegen import to_program_config
+from tinygrad.structure_template import Structure, KeptTemplates, TEMPLATE_CHECK, anonymous, check_hit
 
-# the ops a kept graph may hold; transform_to_call only tags, makes CONTIGUOUS a store into a new buffer and drops DETACH there
-_PLAIN_OPS = GroupOp.ALU | GroupOp.Movement | {Ops.CAST, Ops.CONST, Ops.STACK, Ops.REDUCE, Ops.BUFFER, Ops.CONTIGUOUS, Ops.DETACH,
+# the ops a kept graph may hold besides its input BUFFERs; transform_to_call only tags, makes CONTIGUOUS a store into a new buffer and
+# drops DETACH there
+_PLAIN_OPS = GroupOp.ALU | GroupOp.Movement | {Ops.CAST, Ops.CONST, Ops.STACK, Ops.REDUCE, Ops.CONTIGUOUS, Ops.DETACH,
                                                Ops.CONTIGUOUS_BACKWARD, Ops.SINK}
 # where a host buffer or a file is read or written, transform_to_call makes copies and views of its own
 _SPECIAL_DEVICES = ("DISK", "TINYFS", "NPY")
@@ -56,22 +58,17 @@ def _new_like(b:UOp) -> UOp:
 
 class _NotKept(Exception): pass
 
+def _input(u:UOp) -> tuple|None:
+  """a BUFFER the graph reads, keyed without its number; None (not kept) for any op but the plain ones"""
+  if u.op is not Ops.BUFFER or (a:=u.arg).addrspace is not AddrSpace.GLOBAL or a.vmin_vmax is not None or not isinstance(a.device, str) or \
+     a.device.startswith(_SPECIAL_DEVICES) or u.src[0].op is not Ops.CONST: return None
+  return anonymous(u)
+
 def graph_structure(big_sink:UOp) -> tuple[tuple, list[UOp], list[UOp]]|None:
   """the graph's structure as a hashable key (every node but a buffer's number), its nodes in toposort order and its input buffers,
   or None for a graph that isn't kept"""
-  index: dict[UOp, int] = {}
-  key: list[tuple] = []
-  inputs: list[UOp] = []
-  for u in big_sink.toposort():
-    if u.op not in _PLAIN_OPS: return None
-    if u.op is Ops.BUFFER:
-      if (a:=u.arg).addrspace is not AddrSpace.GLOBAL or a.vmin_vmax is not None or not isinstance(a.device, str) or \
-         a.device.startswith(_SPECIAL_DEVICES) or u.src[0].op is not Ops.CONST: return None
-      key.append((Ops.BUFFER, replace(a, slot=0), u.tag, index[u.src[0]]))
-      inputs.append(u)
-    else: key.append((u.op, u.dtype, u.arg, u.tag, tuple(index[s] for s in u.src)))
-    index[u] = len(index)
-  return tuple(key), list(index), inputs
+  if not (walk:=Structure()).walk(big_sink, _PLAIN_OPS, _input): return None
+  return tuple(walk.key), list(walk.index), walk.leaves
 
 def make_template(ret:UOp, becomes_map:dict[UOp, UOp], nodes:list[UOp], inputs:list[UOp]) -> CallTemplate|None:
   """what transform_to_call returned, with this graph's buffers as placeholders; None where it isn't buffers and views of them"""
@@ -95,18 +92,26 @@ def instantiate(t:CallTemplate, nodes:list[UOp], inputs:list[UOp]) -> tuple[UOp,
   subs = dict(zip(t.placeholders, args))
   return UOp(Ops.CALL, dtypes.void, (t.body,)+args, t.call_arg), {nodes[i]:_swap_buffers(v, subs) for i,v in t.becomes}
 
-# a structure per Python constant a graph holds (`x * lr` with a new lr each step is a new one): the oldest go past this many
-TEMPLATES_KEPT = 4096
-_templates: dict[tuple, CallTemplate|None] = {}
+def check_instantiated(got:tuple[UOp, dict[UOp, UOp]], want:tuple[UOp, dict[UOp, UOp]]) -> None:
+  """TEMPLATE_CHECK: a hit's CALL and map are transform_to_call's, but for the new output buffers each makes (one for one)"""
+  renamed: dict[UOp, UOp] = {}
+  for g,w in zip(got[0].src[1:], want[0].src[1:]):
+    if g is not w and g.op is w.op is Ops.BUFFER and g.src == w.src and replace(g.arg, slot=0) == replace(w.arg, slot=0): renamed[w] = g
+  if set(got[1]) != set(want[1]): raise AssertionError("a realize's CALL: a hit maps other nodes than transform_to_call")
+  check_hit([got[0], *[got[1][k] for k in want[1]]], [_swap_buffers(w, renamed) for w in (want[0], *want[1].values())], "a realize's CALL")
+
+# per structure, what transform_to_call returned, None where it isn't kept
+_templates = KeptTemplates(4096)
 def cached_transform_to_call(big_sink:UOp, transform_to_call:Callable[[UOp], tuple[UOp, dict[UOp, UOp]]]) -> tuple[UOp, dict[UOp, UOp]]:
   if VIZ or (structure:=graph_structure(big_sink)) is None: return transform_to_call(big_sink)
   key, nodes, inputs = structure
   if key in _templates:
-    if (t:=_templates[key]) is not None: return instantiate(t, nodes, inputs)
-    return transform_to_call(big_sink)
+    if (t:=_templates[key]) is None: return transform_to_call(big_sink)
+    ret = instantiate(t, nodes, inputs)
+    if TEMPLATE_CHECK: check_instantiated(ret, transform_to_call(big_sink))
+    return ret
   ret, becomes_map = transform_to_call(big_sink)
-  _templates[key] = make_template(ret, becomes_map, nodes, inputs)
-  if len(_templates) > TEMPLATES_KEPT: del _templates[next(iter(_templates))]
+  _templates.keep(key, make_template(ret, becomes_map, nodes, inputs))
   return ret, becomes_map
 
 # *** the schedule too: a realize from a template with its compiled linear skips create_linear_with_vars and compile_linear (0.2-0.7 ms)
@@ -145,8 +150,9 @@ def realize_from_template(tensors:list, update_stats:bool) -> bool:
   """realize the Tensors from a kept template, schedule and all; False where they take the long way (Tensor.linear_with_vars)"""
   if not _schedule_kept() or (structure:=graph_structure(UOp.sink(*[t.uop for t in tensors]))) is None: return False
   if (t:=_templates.get(key:=structure[0])) is None: return False
-  from tinygrad.tensor import _apply_map_to_tensors
+  from tinygrad.tensor import _apply_map_to_tensors, transform_to_call
   ret, becomes_map = instantiate(t, *structure[1:])
+  if TEMPLATE_CHECK: check_instantiated((ret, becomes_map), transform_to_call(UOp.sink(*[t.uop for t in tensors])))
   _apply_map_to_tensors(becomes_map, name="buffers")
   config = tuple(x.value for x in to_program_config)
   if t.linear is not None and t.linear_config == config:
