@@ -4,10 +4,10 @@ RANGE). A template must give the very UOps batching gives (`is`) and results tha
 import unittest
 import numpy as np
 from tinygrad import Tensor
-from tinygrad.uop.ops import AxisType
 from tinygrad.vmap import vmap
 from tinygrad.transform_state import KEPT
-if hasattr(AxisType, "OUTER"): raise unittest.SkipTest("the 0.14 line's batching: 0.12 lowers a vmap scope in rangeify, it has no batch_scope")
+from tinygrad.fork_line import LINE_012
+if LINE_012: raise unittest.SkipTest("the 0.14 line's batching: 0.12 lowers a vmap scope in rangeify, it has no batch_scope")
 import tinygrad.batching as batching
 
 def rand(*shape, seed:int) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)

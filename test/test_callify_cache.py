@@ -9,7 +9,8 @@ import numpy as np
 from tinygrad import Tensor
 from tinygrad.uop.ops import UOp, Ops
 import tinygrad.tensor as tensor_module
-if not hasattr(tensor_module, "transform_to_call"): raise unittest.SkipTest("the 0.14 line's realize cache: 0.12's realize has no transform_to_call")
+from tinygrad.fork_line import LINE_012
+if LINE_012: raise unittest.SkipTest("the 0.14 line's realize cache: 0.12's realize has no transform_to_call")
 import tinygrad.engine.callify_cache as callify_cache
 from tinygrad.vmap import vmap
 

@@ -184,7 +184,7 @@ class TestFixes(unittest.TestCase):
     got = Tensor(x).realize().permute(1, 0, 2, 3).contiguous().permute(0, 2, 1, 3).realize()
     np.testing.assert_equal(got.numpy(), x.transpose(1, 0, 2, 3).transpose(0, 2, 1, 3))
 
-  @unittest.skipUnless(hasattr(Device["CPU"], "workers"), "0.12's CPU device has one Python worker thread, not 0.14's ring-buffer workers")
+  @unittest.skipIf(LINE_012, "0.12's CPU device has one Python worker thread, not 0.14's ring-buffer workers")
   def test_new_cpu_worker_counters_start_at_zero(self):
     if (why:=cpu_devices_missing()) is not None: self.skipTest(why)
     # fix-cpu-worker-counters: a CPU worker's put/done counters came from the allocator's LRU cache, holding what a freed 8-byte tensor

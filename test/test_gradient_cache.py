@@ -6,8 +6,9 @@ skip_module_unless('gradient-cache')
 import unittest, unittest.mock
 import numpy as np
 from tinygrad import Tensor, vmap, dtypes
-from tinygrad.uop.ops import AxisType, all_metadata
-if hasattr(AxisType, "OUTER"): raise unittest.SkipTest("the 0.14 line's gradient templates: the 0.12 line's gradient has no hook")
+from tinygrad.uop.ops import all_metadata
+from tinygrad.fork_line import LINE_012
+if LINE_012: raise unittest.SkipTest("the 0.14 line's gradient templates: the 0.12 line's gradient has no hook")
 import tinygrad.gradient_cache as gradient_cache
 
 def rand(*shape, seed:int) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape)

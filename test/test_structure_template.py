@@ -8,8 +8,9 @@ import numpy as np
 from fork_topics import skip_unless
 from tinygrad import Tensor, vmap, dtypes
 from tinygrad.helpers import Context
-from tinygrad.uop.ops import UOp, Ops, AxisType
-if hasattr(AxisType, "OUTER"): raise unittest.SkipTest("the 0.14 line's structure templates: 0.12 has no batch_scope, gradient or realize templates")
+from tinygrad.uop.ops import UOp, Ops
+from tinygrad.fork_line import LINE_012
+if LINE_012: raise unittest.SkipTest("the 0.14 line's structure templates: 0.12 has no batch_scope, gradient or realize templates")
 import tinygrad.structure_template as st
 import tinygrad.batching as batching
 

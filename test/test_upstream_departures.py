@@ -4,11 +4,9 @@ upstream's tests"); values against numpy.
   test_stunning `test_indexing_two_bind` and test_assign `TestAssignOrdering::test_variable_slice_ordering` expect; the fork gives each
   CALL its own value. The error stays where a value would be wrong: a TinyJit input bound to several values (a replay keeps them).
 - test_symbolic_jit `TestSymbolicJit::test_attention` (fix-variable-not-a-buffer): 4 kernels where vanilla 0.14.0 runs 5 (0.12: 4)."""
-import sys, unittest
-from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent/"tools"))
-import fork  # noqa: E402
-if fork.load_state(fork.ROOT).get("line") != "0.14.0": raise unittest.SkipTest("the 0.14 line's departures from upstream's tests (0.12 materialized here)")
+import unittest
+from tinygrad.fork_line import LINE_012
+if LINE_012: raise unittest.SkipTest("the 0.14 line's departures from upstream's tests (0.12 materialized here)")
 import numpy as np
 from fork_topics import skip_unless
 from tinygrad import Tensor, Variable, TinyJit, GlobalCounters

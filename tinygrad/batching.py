@@ -1,3 +1,4 @@
+# line: 0.14.0 only (the default line; its topics in patches-0.14.0/ hook it, the frozen 0.12.0 line never imports it)
 """The vmap core of the 0.14.0 line: a vmap scope rebuilt as a batched graph, one batching rule per op (JAX's batching rules, laid out
 like gradient.py's one gradient rule per op).
 

@@ -1,4 +1,5 @@
-# compute_gradient for a graph whose structure was seen before (the eager-cost topic hooks it into mixin/gradient.py on the 0.14.0 line).
+# line: 0.14.0 only (the default line; its topics in patches-0.14.0/ hook it, the frozen 0.12.0 line never imports it)
+# compute_gradient for a graph whose structure was seen before (the gradient-cache topic hooks it into mixin/gradient.py on the 0.14.0 line).
 # An eager call of a function that takes a gradient (a per-example loss's, bench W6) builds the same forward graph again on new buffers
 # (and, inside vmap, a new RANGE), and the gradient rules rebuild its backward graph node by node: ~1 ms of W6's eager call, where the
 # forward pass costs 0.5. The gradients are a function of the graph's structure and of its leaves (buffers, RANGEs), so they are kept

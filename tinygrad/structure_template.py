@@ -1,3 +1,4 @@
+# line: 0.14.0 only (the default line; its topics in patches-0.14.0/ hook it, the frozen 0.12.0 line never imports it)
 """Structure templates (0.14 line): what the long way builds on a graph, kept per structure of the graph, so a graph of the same structure
 on new leaves (buffers, RANGEs, a vmap scope's inputs) gets it by putting its leaves in their places. An eager call builds the same graph
 again and again on new inputs; building on it node by node (batching rules, gradient rules, transform_to_call's rewrites) costs ~20 us

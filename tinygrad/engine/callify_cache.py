@@ -1,4 +1,5 @@
-# transform_to_call for a tensor graph whose structure was seen before (the eager-cost topic hooks it into Tensor.linear_with_vars on the
+# line: 0.14.0 only (the default line; its topics in patches-0.14.0/ hook it, the frozen 0.12.0 line never imports it)
+# transform_to_call for a tensor graph whose structure was seen before (the callify-cache topic hooks it into Tensor.linear_with_vars on the
 # 0.14.0 line). An eager call builds the same graph again on new buffers, and transform_to_call's four graph rewrites cost 0.4-1.8 ms on
 # bench's graphs of 15-70 nodes. What it returns is a function of the graph's structure: the CALL's body names no buffer (its inputs are
 # PARAMs), its args are the graph's input buffers and new output buffers, and the map sends nodes of the graph to views of those. So it
