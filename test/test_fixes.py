@@ -268,7 +268,7 @@ class TestRealizeError(unittest.TestCase):
     # c: a constant of this test's own, so its kernels aren't in a cache from an earlier test (codegen and compile would be skipped)
     xn, zn = rand(6, seed=1).astype(np.float32), rand(6, seed=2).astype(np.float32)
     f = lambda x, z: ((x * c + 1).sin(), x.exp() * z)
-    # kept: realize the same structure before, on realized inputs, that many times (0.14's eager-cost keeps its template after one, and
+    # kept: realize the same structure before, on realized inputs, that many times (0.14's callify-cache keeps its template after one, and
     # the template's compiled schedule after two); its kernels are compiled then, so codegen and compile may not happen again
     for i in range(kept): Tensor.realize(*f(Tensor(rand(6, seed=10+i).astype(np.float32)).realize(), Tensor(zn).realize()))
     x, z = Tensor(xn), Tensor(zn).realize()
@@ -291,7 +291,7 @@ class TestRealizeError(unittest.TestCase):
   def test_run_raises(self): self.check("run", 2.25)
 
   def test_kept_template_raises(self):
-    # eager-cost (0.14) realizes a structure seen before from a kept template, which gives the Tensors their buffers itself
+    # callify-cache (0.14) realizes a structure seen before from a kept template, which gives the Tensors their buffers itself
     for kept in (1, 2):
       for i, stage in enumerate(STAGES): self.check(stage, kept + 1.5 + i / 8, kept=kept)
 

@@ -145,7 +145,7 @@ class TestTemplateCheck(unittest.TestCase):
         np.testing.assert_allclose(fn(Tensor(A), Tensor(B)).numpy(), np.sqrt(((A[:, None] - B[None]) ** 2).sum(-1)) * 1.25, rtol=1e-5)
     self.assertGreaterEqual(check.call_count, 4)   # both scopes of the second and third calls
 
-  @skip_unless('eager-cost')
+  @skip_unless('gradient-cache', 'callify-cache')
   def test_gradients_and_realizes_checked(self):
     import tinygrad.gradient_cache as gradient_cache
     import tinygrad.engine.callify_cache as callify_cache
