@@ -1,0 +1,133 @@
+# line: 0.14.0 only (a custom kernel of 0.14's UOp API: a LOOP range, REG placeholders, AFTER-ordered stores)
+"""A scan as ONE kernel: the carry lives in registers across a LOOP range over the steps; each step's x is loaded and its y stored
+inside the loop. `scan_kernel(step, init_leaves, xs_leaves, length, reverse)` traces `step` once on per-step Tensors, evaluates its
+small graph element by element into scalar UOps (the body), and wraps the body in the loop as a custom kernel: kernels per call do not
+grow with the length. A body it cannot fuse (a realize inside, a large reduce, an op it does not know) returns None, and DEBUG>=2 says
+why; the caller (tinygrad/scan.py) then runs its own lowering. docs/internals.md, "scan: a recursion as one kernel (0.14)"."""
+from __future__ import annotations
+import functools, math
+from typing import Callable
+import numpy as np
+from tinygrad.tensor import Tensor
+from tinygrad.uop.ops import UOp, Ops, GroupOp, KernelInfo, AxisType
+from tinygrad.dtype import AddrSpace, dtypes
+from tinygrad.helpers import DEBUG, GlobalCounters, getenv
+
+MAX_SCALARS = getenv("SCAN_KERNEL_MAX", 20000)   # scalar UOps a body may unroll to; more is a "large" body, left to the caller
+
+class NoFuse(Exception): pass
+
+def _objs(shape:tuple[int, ...], fn:Callable) -> np.ndarray:
+  ret = np.empty(shape, dtype=object)
+  for i in np.ndindex(*shape): ret[i] = fn(i)
+  return ret
+def _map(fn:Callable, *xs:np.ndarray) -> np.ndarray:
+  xs = np.broadcast_arrays(*xs)
+  return _objs(xs[0].shape, lambda i: fn(*(x[i] for x in xs)))
+
+class _Scalarize:
+  """evaluates a Tensor graph to an object array of scalar UOps per node: movement ops move the array, ALUs map over it, a REDUCE
+  folds its leading axes. `leaves` maps a leaf's base UOp to the flat array of its elements (the loads in the kernel)."""
+  def __init__(self, leaves:dict[UOp, np.ndarray]): self.memo, self.count = dict(leaves), 0
+  def __call__(self, u:UOp) -> np.ndarray:
+    if (r:=self.memo.get(u)) is not None: return r
+    if not all(isinstance(s, int) for s in u.shape): raise NoFuse(f"symbolic shape {u.shape} at {u.op}")
+    self.memo[u] = r = self._eval(u)
+    if (n:=r.size) and (cnt:=self.count+n) > MAX_SCALARS: raise NoFuse(f"the body is over {MAX_SCALARS} scalars (SCAN_KERNEL_MAX)")
+    self.count += n
+    return r
+  def _eval(self, u:UOp) -> np.ndarray:
+    if u.op is Ops.CONST: return _objs((), lambda _: u if not u.src else UOp.const(u.val, u.dtype))
+    if u.op in {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH}: return self(u.src[0])
+    if u.op is Ops.BUFFER: raise NoFuse("a buffer the step did not get as a leaf (a realize inside the step, or a captured Tensor)")
+    if u.op in GroupOp.ALU:
+      return _map(lambda *a: UOp(u.op, u.dtype, a, u.arg), *[self(s) for s in u.src]).reshape(u.shape)
+    if u.op in {Ops.CAST, Ops.BITCAST}:
+      f = UOp.cast if u.op is Ops.CAST else UOp.bitcast
+      return _map(lambda a: f(a, u.dtype), self(u.src[0])).reshape(u.shape)
+    if u.op is Ops.STACK:
+      return np.stack([np.broadcast_to(self(s), u.shape[1:]) for s in u.src]) if u.src else np.empty((0,), dtype=object)
+    if u.op is Ops.REDUCE:
+      x, (op, n) = self(u.src[0]), u.arg
+      if n == 0: return x
+      return _map(lambda *a: functools.reduce(lambda p, q: p.alu(op, q), a), *x.reshape((-1,)+x.shape[n:])).reshape(u.shape)
+    if u.op in GroupOp.Movement:
+      x, arg = self(u.src[0]), u.marg
+      match u.op:
+        case Ops.RESHAPE: return x.reshape(arg)
+        case Ops.EXPAND: return np.broadcast_to(x, arg)
+        case Ops.PERMUTE: return x.transpose(arg)
+        case Ops.SHRINK: return x[tuple(slice(b, b+n) for b, n in arg)]   # 0.14: (begin, size)
+        case Ops.FLIP: return np.flip(x, tuple(i for i, f in enumerate(arg) if f) if all(isinstance(f, bool) for f in arg) else arg)
+        case Ops.PAD:
+          ret = np.full(u.shape, UOp.const(0, u.dtype), dtype=object)   # 0.14: (before, new size)
+          ret[tuple(slice(b, b+s) for (b, _), s in zip(arg, x.shape))] = x
+          return ret
+    raise NoFuse(f"{u.op} is not fused into a scan kernel")
+
+def _flat(p:UOp, lead:int) -> UOp: return p.reshape(p.shape[:lead] + (math.prod(p.shape[lead:]),))
+
+def scan_kernel(step:Callable[[list[Tensor], list[Tensor]], tuple[list[Tensor], list[Tensor]]], init_leaves:list[Tensor],
+                xs_leaves:list[Tensor], length:int, reverse:bool=False, batch:int|None=None) -> tuple[list[Tensor], list[Tensor]]|None:
+  """jax.lax.scan over flat leaves as one kernel, or None when the body cannot fuse. `step(carry_leaves, x_leaves) -> (carry_leaves,
+  y_leaves)` works on one step's Tensors (x_leaves[i] has xs_leaves[i].shape[1:]); returns `(final_carry_leaves, ys_leaves)`, ys
+  stacked on a new leading axis of size `length` (ys[t] belongs to xs[t], also when `reverse`). With `batch=B` every leaf has a leading
+  batch axis of size B (init (B, ...), xs (B, length, ...)), `step` sees one example, and the results are (B, ...) and (B, length, ...):
+  one kernel whose batch range is parallel (GLOBAL on a GPU)."""
+  try: return _scan_kernel(step, list(init_leaves), list(xs_leaves), length, reverse, batch)
+  except NoFuse as e:
+    if DEBUG >= 2: print(f"scan_kernel: not one kernel, {e}")
+    return None
+
+def _scan_kernel(step, init, xs, length, reverse, batch):
+  lead = 0 if batch is None else 1
+  if not isinstance(length, int) or length < 1: raise NoFuse(f"length {length} is not a positive int")
+  if not init: raise NoFuse("no carry")
+  dev = init[0].device
+  if any(not isinstance(t.device, str) or t.device != dev for t in init+xs): raise NoFuse("leaves on several devices (or sharded)")
+  if batch is not None and any(t.shape[0] != batch for t in init+xs): raise NoFuse(f"a leaf without the leading batch axis {batch}")
+  if any(t.shape[lead] != length for t in xs): raise NoFuse(f"an xs leaf whose scanned axis is not {length}")
+  c_shapes, x_shapes = [t.shape[lead:] for t in init], [t.shape[lead+1:] for t in xs]
+  if not all(isinstance(s, int) for shp in c_shapes+x_shapes for s in shp): raise NoFuse("symbolic shapes")
+  # trace the step once on placeholder leaves; a kernel run while tracing is a realize inside the step
+  c_in = [Tensor.empty(*s, dtype=t.dtype, device=dev) for s, t in zip(c_shapes, init)]
+  x_in = [Tensor.empty(*s, dtype=t.dtype, device=dev) for s, t in zip(x_shapes, xs)]
+  kernels = GlobalCounters.kernel_count
+  c_out, y_out = step(c_in, x_in)
+  c_out, y_out = list(c_out), list(y_out)
+  if GlobalCounters.kernel_count != kernels: raise NoFuse("the step realizes")
+  if len(c_out) != len(init) or any(o.shape != i.shape or o.dtype != i.dtype for o, i in zip(c_out, c_in)):
+    raise NoFuse("the carry out of the step differs from the carry in (shapes, dtypes)")
+  y_shapes = [y.shape for y in y_out]
+
+  def kernel(*p:UOp) -> UOp:
+    nc, ny = len(init), len(y_out)
+    outs_c, outs_y, ins_c, ins_x = p[:nc], p[nc:nc+ny], p[nc+ny:2*nc+ny], p[2*nc+ny:]
+    b = () if batch is None else (UOp.range(batch, 0),)     # WEAK: the optimizer makes it GLOBAL where there are threads
+    t = UOp.range(length, 1, AxisType.LOOP)                  # LOOP: never upcast, unrolled or made parallel
+    ti = (length - 1 - t) if reverse else t
+    accs = [UOp.placeholder((max(1, math.prod(s)),), t_.dtype, slot=len(p)+i, addrspace=AddrSpace.REG) for i, (s, t_) in enumerate(zip(c_shapes, init))]
+    # the carry starts as init (per batch index), is read at the top of each step and written at its end
+    inits = [UOp.group(*[a.after(*b)[j].store(_flat(c, lead)[(*b, j)].load()) for j in range(a.shape[0])])
+             for a, c in zip(accs, ins_c)]
+    cur = [a.after(i, t) for a, i in zip(accs, inits)]
+    loads = [[c[j].load() for j in range(c.shape[0])] for c in cur]
+    leaves = {ci.uop.base: _objs((len(l),), lambda j, l=l: l[j[0]]).reshape(ci.uop.base.shape) for ci, l in zip(c_in, loads)}
+    leaves |= {xi.uop.base: _objs(xi.uop.base.shape, lambda j, x=x: _flat(x, lead+1)[(*b, ti, int(np.ravel_multi_index(j, xi.uop.base.shape)) if j else 0)].load())
+               for xi, x in zip(x_in, ins_x)}
+    ev = _Scalarize(leaves)
+    new_c, new_y = [ev(o.uop).reshape(-1) for o in c_out], [ev(y.uop).reshape(-1) for y in y_out]
+    # every store of the carry waits for every load of it, so no element is read after it was written this step
+    every_load = [l for ls in loads for l in ls]
+    stores = [a.after(*every_load)[j].store(v) for a, nv in zip(accs, new_c) for j, v in enumerate(nv)]
+    stores += [_flat(y, lead+1)[(*b, ti, j)].store(v) for y, nv in zip(outs_y, new_y) for j, v in enumerate(nv)]
+    loop = UOp.group(*stores).end(t)
+    fin = [_flat(o, lead)[(*b, j)].store(a.after(loop)[j].load()) for o, a in zip(outs_c, accs) for j in range(a.shape[0])]
+    return UOp.group(*fin).end(*b).sink(arg=KernelInfo(name=f"scan{'_rev' if reverse else ''}", opts_to_apply=()))
+
+  bs = () if batch is None else (batch,)
+  out_c = [Tensor.empty(*bs, *s, dtype=t.dtype, device=dev) for s, t in zip(c_shapes, init)]
+  out_y = [Tensor.empty(*bs, length, *s, dtype=y.dtype, device=dev) for s, y in zip(y_shapes, y_out)]
+  srcs = out_c + out_y + [t.contiguous() for t in init+xs]
+  res = srcs[0].custom_kernel(*srcs[1:], fxn=kernel)
+  return res[:len(out_c)], res[len(out_c):len(out_c)+len(out_y)]
