@@ -55,7 +55,7 @@ class _Scalarize:
       x, arg = self(u.src[0]), u.marg
       match u.op:
         case Ops.RESHAPE: return x.reshape(arg)
-        case Ops.EXPAND: return np.broadcast_to(x, arg)
+        case Ops.EXPAND: return np.broadcast_to(x, tuple(arg) + x.shape)   # 0.14: new leading axes
         case Ops.PERMUTE: return x.transpose(arg)
         case Ops.SHRINK: return x[tuple(slice(b, b+n) for b, n in arg)]   # 0.14: (begin, size)
         case Ops.FLIP: return np.flip(x, tuple(i for i, f in enumerate(arg) if f) if all(isinstance(f, bool) for f in arg) else arg)
@@ -83,12 +83,15 @@ def _scan_kernel(step, init, xs, length, reverse, batch):
   lead = 0 if batch is None else 1
   if not isinstance(length, int) or length < 1: raise NoFuse(f"length {length} is not a positive int")
   if not init: raise NoFuse("no carry")
-  dev = init[0].device
-  if any(not isinstance(t.device, str) or t.device != dev for t in init+xs): raise NoFuse("leaves on several devices (or sharded)")
+  # a 0-d Tensor of a number is a CONST without a device: such an init is a constant of the kernel, not a buffer it reads
+  const = [t.device is None for t in init]
+  if len(devs:={t.device for t in init+xs if t.device is not None}) != 1 or not isinstance(dev:=devs.pop(), str):
+    raise NoFuse("leaves on several devices (or sharded)")
   if batch is not None and any(t.shape[0] != batch for t in init+xs): raise NoFuse(f"a leaf without the leading batch axis {batch}")
   if any(t.shape[lead] != length for t in xs): raise NoFuse(f"an xs leaf whose scanned axis is not {length}")
   c_shapes, x_shapes = [t.shape[lead:] for t in init], [t.shape[lead+1:] for t in xs]
   if not all(isinstance(s, int) for shp in c_shapes+x_shapes for s in shp): raise NoFuse("symbolic shapes")
+  if (n:=sum(math.prod(s) for s in c_shapes+x_shapes)) > MAX_SCALARS: raise NoFuse(f"{n} elements a step in the leaves (SCAN_KERNEL_MAX)")
   # trace the step once on placeholder leaves; a kernel run while tracing is a realize inside the step
   c_in = [Tensor.empty(*s, dtype=t.dtype, device=dev) for s, t in zip(c_shapes, init)]
   x_in = [Tensor.empty(*s, dtype=t.dtype, device=dev) for s, t in zip(x_shapes, xs)]
@@ -101,15 +104,16 @@ def _scan_kernel(step, init, xs, length, reverse, batch):
   y_shapes = [y.shape for y in y_out]
 
   def kernel(*p:UOp) -> UOp:
-    nc, ny = len(init), len(y_out)
-    outs_c, outs_y, ins_c, ins_x = p[:nc], p[nc:nc+ny], p[nc+ny:2*nc+ny], p[2*nc+ny:]
+    nc, ny, ni = len(init), len(y_out), len(bufs)
+    outs_c, outs_y, ins_c, ins_x = p[:nc], p[nc:nc+ny], iter(p[nc+ny:nc+ny+ni]), p[nc+ny+ni:]
     b = () if batch is None else (UOp.range(batch, 0),)     # WEAK: the optimizer makes it GLOBAL where there are threads
     t = UOp.range(length, 1, AxisType.LOOP)                  # LOOP: never upcast, unrolled or made parallel
     ti = (length - 1 - t) if reverse else t
     accs = [UOp.placeholder((max(1, math.prod(s)),), t_.dtype, slot=len(p)+i, addrspace=AddrSpace.REG) for i, (s, t_) in enumerate(zip(c_shapes, init))]
     # the carry starts as init (per batch index), is read at the top of each step and written at its end
-    inits = [UOp.group(*[a.after(*b)[j].store(_flat(c, lead)[(*b, j)].load()) for j in range(a.shape[0])])
-             for a, c in zip(accs, ins_c)]
+    init_vals = [_Scalarize({})(t.uop).reshape(batch or 1, -1)[0] if k else _objs((a.shape[0],), lambda j, c=next(ins_c): _flat(c, lead)[(*b, *j)].load())
+                 for t, a, k in zip(init, accs, const)]
+    inits = [UOp.group(*[a.after(*b)[j].store(v) for j, v in enumerate(vs)]) for a, vs in zip(accs, init_vals)]
     cur = [a.after(i, t) for a, i in zip(accs, inits)]
     loads = [[c[j].load() for j in range(c.shape[0])] for c in cur]
     leaves = {ci.uop.base: _objs((len(l),), lambda j, l=l: l[j[0]]).reshape(ci.uop.base.shape) for ci, l in zip(c_in, loads)}
@@ -125,9 +129,10 @@ def _scan_kernel(step, init, xs, length, reverse, batch):
     fin = [_flat(o, lead)[(*b, j)].store(a.after(loop)[j].load()) for o, a in zip(outs_c, accs) for j in range(a.shape[0])]
     return UOp.group(*fin).end(*b).sink(arg=KernelInfo(name=f"scan{'_rev' if reverse else ''}", opts_to_apply=()))
 
+  bufs = [t for t, k in zip(init, const) if not k]
   bs = () if batch is None else (batch,)
   out_c = [Tensor.empty(*bs, *s, dtype=t.dtype, device=dev) for s, t in zip(c_shapes, init)]
   out_y = [Tensor.empty(*bs, length, *s, dtype=y.dtype, device=dev) for s, y in zip(y_shapes, y_out)]
-  srcs = out_c + out_y + [t.contiguous() for t in init+xs]
+  srcs = out_c + out_y + [t.contiguous() for t in bufs+xs]
   res = srcs[0].custom_kernel(*srcs[1:], fxn=kernel)
   return res[:len(out_c)], res[len(out_c):len(out_c)+len(out_y)]
