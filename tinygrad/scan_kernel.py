@@ -109,20 +109,21 @@ def _scan_kernel(step, init, xs, length, reverse, batch):
     b = () if batch is None else (UOp.range(batch, 0),)     # WEAK: the optimizer makes it GLOBAL where there are threads
     t = UOp.range(length, 1, AxisType.LOOP)                  # LOOP: never upcast, unrolled or made parallel
     ti = (length - 1 - t) if reverse else t
-    accs = [UOp.placeholder((max(1, math.prod(s)),), t_.dtype, slot=len(p)+i, addrspace=AddrSpace.REG) for i, (s, t_) in enumerate(zip(c_shapes, init))]
+    accs = [UOp.placeholder((max(1, math.prod(s)),), c.dtype, slot=len(p)+i, addrspace=AddrSpace.REG) for i, (s, c) in enumerate(zip(c_shapes, init))]
+    def elems(n:int, fn:Callable[[int], UOp]) -> np.ndarray: return _objs((n,), lambda j: fn(j[0]))
     # the carry starts as init (per batch index), is read at the top of each step and written at its end
-    init_vals = [_Scalarize({})(t.uop).reshape(batch or 1, -1)[0] if k else _objs((a.shape[0],), lambda j, c=next(ins_c): _flat(c, lead)[(*b, *j)].load())
-                 for t, a, k in zip(init, accs, const)]
+    init_vals = [_Scalarize({})(c.uop).reshape(batch or 1, -1)[0] if k else elems(a.shape[0], lambda j, c=next(ins_c): _flat(c, lead)[(*b, j)].load())
+                 for c, a, k in zip(init, accs, const)]
     inits = [UOp.group(*[a.after(*b)[j].store(v) for j, v in enumerate(vs)]) for a, vs in zip(accs, init_vals)]
     cur = [a.after(i, t) for a, i in zip(accs, inits)]
-    loads = [[c[j].load() for j in range(c.shape[0])] for c in cur]
-    leaves = {ci.uop.base: _objs((len(l),), lambda j, l=l: l[j[0]]).reshape(ci.uop.base.shape) for ci, l in zip(c_in, loads)}
-    leaves |= {xi.uop.base: _objs(xi.uop.base.shape, lambda j, x=x: _flat(x, lead+1)[(*b, ti, int(np.ravel_multi_index(j, xi.uop.base.shape)) if j else 0)].load())
-               for xi, x in zip(x_in, ins_x)}
+    loads = [elems(c.shape[0], lambda j, c=c: c[j].load()) for c in cur]
+    leaves = {ci.uop.base: l.reshape(ci.uop.base.shape) for ci, l in zip(c_in, loads)}
+    leaves |= {xi.uop.base: elems(max(1, math.prod(s)), lambda j, x=x: _flat(x, lead+1)[(*b, ti, j)].load()).reshape(xi.uop.base.shape)
+               for xi, x, s in zip(x_in, ins_x, x_shapes)}
     ev = _Scalarize(leaves)
     new_c, new_y = [ev(o.uop).reshape(-1) for o in c_out], [ev(y.uop).reshape(-1) for y in y_out]
     # every store of the carry waits for every load of it, so no element is read after it was written this step
-    every_load = [l for ls in loads for l in ls]
+    every_load = [l for ls in loads for l in ls.tolist()]
     stores = [a.after(*every_load)[j].store(v) for a, nv in zip(accs, new_c) for j, v in enumerate(nv)]
     stores += [_flat(y, lead+1)[(*b, ti, j)].store(v) for y, nv in zip(outs_y, new_y) for j, v in enumerate(nv)]
     loop = UOp.group(*stores).end(t)
