@@ -176,10 +176,10 @@ def hooks() -> TinygradHooks:
 def clear_tinygrad_caches():
   """the schedule cache and the method cache (compiled kernels) of this process: the next call schedules and compiles again"""
   import importlib
-  for mod, cache in (("tinygrad.engine.schedule", "schedule_cache"), ("tinygrad.schedule", "schedule_cache"),
-                     ("tinygrad.engine.realize", "method_cache")):   # where each line keeps them (0.14: no method cache of this name)
-    try: getattr(importlib.import_module(mod), cache, {}).clear()
-    except ImportError: pass
+  # where each line keeps them (0.14: no method cache of this name)
+  caches = (("tinygrad.engine.schedule", "schedule_cache"), ("tinygrad.engine.realize", "method_cache")) if LINE_012 else \
+    (("tinygrad.schedule", "schedule_cache"),)
+  for mod, cache in caches: getattr(importlib.import_module(mod), cache).clear()
 
 def pad_vmap(fn, in_axes, axis_type, n:int):
   """upstream 0.12's own vmap idiom, written with upstream ops only (as test/test_native_vmap_pad.py does): fn on the slice (r, r+1) of
