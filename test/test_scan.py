@@ -71,11 +71,12 @@ class TestScan(VmapTestCase):
     self.assertFalse(np.allclose(want, np_scan(nf, c0, xs)[1]))
 
   def test_length_only(self):
-    c0 = rand(3)
-    carry, ys = scan(lambda c, x: (c * 0.9 + 1, c.sum()), Tensor(c0), length=4)
-    want_c, want = np_scan(lambda c, _: (c * 0.9 + 1, c.sum()), c0, [None]*4)
-    self.assert_close(carry.numpy(), want_c)
-    self.assert_close(ys.numpy(), want)
+    for n in (1, 4):
+      c0 = rand(3)
+      carry, ys = scan(lambda c, x: (c * 0.9 + 1, c.sum()), Tensor(c0), length=n)
+      want_c, want = np_scan(lambda c, _: (c * 0.9 + 1, c.sum()), c0, [None]*n)
+      self.assert_close(carry.numpy(), want_c)
+      self.assert_close(ys.numpy(), want)
 
   def test_y_none(self):
     xs = rand(4, 2)
