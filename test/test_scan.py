@@ -1,0 +1,221 @@
+"""`scan(f, init, xs, length, reverse)`: jax.lax.scan's semantics, against a Python loop over numpy (float64 where the recursion is long),
+and its composition with vmap, jvp, jacfwd, jacrev, gradients, TinyJit, chunks and sharded batches."""
+import unittest
+import numpy as np
+from tinygrad.fork_line import LINE_012
+if LINE_012: raise unittest.SkipTest("scan is the 0.14.0 line's (tinygrad/scan.py); the frozen 0.12.0 line has none")
+from tinygrad import Tensor, TinyJit, Device, GlobalCounters, scan, vmap, jvp, jacfwd, jacrev
+from vmap_oracle import VmapTestCase, rand, num_jac, cpu_devices_missing
+
+DT, L = 0.1, 2.5
+
+def bicycle(s, u):
+  """a kinematic bicycle, one step: state (x, y, theta, v), control (accel, steer); y is the new state too"""
+  x, y, th, v = s[0], s[1], s[2], s[3]
+  ns = Tensor.stack(x + DT*v*th.cos(), y + DT*v*th.sin(), th + DT*v/L*u[1].tan(), v + DT*u[0])
+  return ns, ns
+
+def np_bicycle(s, u):
+  x, y, th, v = s
+  return np.array([x + DT*v*np.cos(th), y + DT*v*np.sin(th), th + DT*v/L*np.tan(u[1]), v + DT*u[0]])
+
+def np_scan(f, init, xs, reverse=False):
+  """the oracle: a Python loop, ys stacked in xs's order"""
+  carry, ys = init, [None]*len(xs)
+  for t in (reversed(range(len(xs))) if reverse else range(len(xs))): carry, ys[t] = f(carry, xs[t])
+  return carry, np.stack(ys)
+
+def np_rollout(s0, us): return np_scan(lambda s, u: (np_bicycle(s, u),)*2, s0, us)[1]
+
+def controls(*shape): return 0.3 * rand(*shape)
+
+class TestScan(VmapTestCase):
+  def test_cumulative_sum(self):
+    xs = rand(7, 3)
+    carry, ys = scan(lambda c, x: (c + x, c + x), Tensor.zeros(3, dtype="float64"), Tensor(xs))
+    self.assert_close(carry.numpy(), xs.sum(0))
+    self.assert_close(ys.numpy(), np.cumsum(xs, 0))
+
+  def test_bicycle_long_rollout_float64(self):
+    s0, us = np.array([0., 0., 0.3, 2.]), controls(200, 2)
+    carry, ys = scan(bicycle, Tensor(s0), Tensor(us))
+    want = np_rollout(s0, us)
+    self.assertEqual(ys.dtype, Tensor(s0).dtype)
+    self.assert_close(ys.numpy(), want)
+    self.assert_close(carry.numpy(), want[-1])
+
+  def test_pytrees(self):
+    a, b, p0, q0 = rand(5, 2), rand(5), rand(2), rand(3)
+    def f(c, x):
+      xa, xb = x
+      return {"p": c["p"] * xb + xa, "q": c["q"] + xb}, (c["p"].sum() * xb, None, {"q": c["q"]})
+    carry, (ys0, none, ys2) = scan(f, {"p": Tensor(p0), "q": Tensor(q0)}, (Tensor(a), Tensor(b)))
+    want_c, y0, y2 = {"p": p0, "q": q0}, [], []
+    for t in range(5):
+      y0.append(want_c["p"].sum() * b[t]), y2.append(want_c["q"])
+      want_c = {"p": want_c["p"] * b[t] + a[t], "q": want_c["q"] + b[t]}
+    self.assertIsNone(none)
+    self.assertEqual(list(carry), ["p", "q"])
+    self.assert_close(carry["p"].numpy(), want_c["p"])
+    self.assert_close(carry["q"].numpy(), want_c["q"])
+    self.assert_close(ys0.numpy(), np.stack(y0))
+    self.assert_close(ys2["q"].numpy(), np.stack(y2))
+
+  def test_reverse(self):
+    xs, c0 = rand(6, 2), rand(2)
+    f, nf = lambda c, x: (c * 0.5 + x, (c * x).sum()), lambda c, x: (c * 0.5 + x, (c * x).sum())
+    carry, ys = scan(f, Tensor(c0), Tensor(xs), reverse=True)
+    want_c, want = np_scan(nf, c0, xs, reverse=True)
+    self.assert_close(carry.numpy(), want_c)
+    self.assert_close(ys.numpy(), want)   # ys[i] is xs[i]'s
+    self.assertFalse(np.allclose(want, np_scan(nf, c0, xs)[1]))
+
+  def test_length_only(self):
+    for n in (1, 4):
+      c0 = rand(3)
+      carry, ys = scan(lambda c, x: (c * 0.9 + 1, c.sum()), Tensor(c0), length=n)
+      want_c, want = np_scan(lambda c, _: (c * 0.9 + 1, c.sum()), c0, [None]*n)
+      self.assert_close(carry.numpy(), want_c)
+      self.assert_close(ys.numpy(), want)
+
+  def test_y_none(self):
+    xs = rand(4, 2)
+    carry, ys = scan(lambda c, x: (c + x, None), Tensor(np.zeros(2)), Tensor(xs))
+    self.assertIsNone(ys)
+    self.assert_close(carry.numpy(), xs.sum(0))
+
+  def test_length_zero(self):
+    c0 = rand(3)
+    carry, ys = scan(lambda c, x: (c + x.sum(), (c * 2, x)), Tensor(c0), Tensor(np.zeros((0, 5))))
+    self.assert_close(carry.numpy(), c0)
+    self.assertEqual((ys[0].shape, ys[1].shape), ((0, 3), (0, 5)))
+    self.assertEqual(ys[0].numpy().shape, (0, 3))
+
+  def test_numpy_and_python_numbers(self):
+    xs = rand(5)
+    carry, ys = scan(lambda c, x: (c + x, c * x), 0., xs)   # a weakly typed init takes xs's dtype, as in JAX
+    want_c, want = np_scan(lambda c, x: (c + x, c * x), 0., xs)
+    self.assertEqual(carry.dtype, Tensor(xs).dtype)
+    self.assert_close(carry.numpy(), np.array(want_c))
+    self.assert_close(ys.numpy(), want)
+
+  def test_nested_scans(self):
+    xs = rand(4, 3)
+    def outer(c, row): return scan(lambda ci, x: (ci * 0.5 + x, None), c, row)[0], c
+    carry, ys = scan(outer, Tensor(np.zeros(())), Tensor(xs))
+    def np_outer(c, row): return np_scan(lambda ci, x: (ci * 0.5 + x, 0.), c, row)[0], c
+    want_c, want = np_scan(np_outer, 0., xs)
+    self.assert_close(carry.numpy(), np.array(want_c))
+    self.assert_close(ys.numpy(), want)
+
+class TestScanErrors(VmapTestCase):
+  def setUp(self):
+    self.c0, self.a, self.b = rand(2), rand(3, 2), rand(4)
+    self.C0, self.A, self.B = Tensor(self.c0), Tensor(self.a), Tensor(self.b)
+
+  def tearDown(self):   # the caller's Tensors still read their data
+    self.assert_close(self.C0.numpy(), self.c0)
+    self.assert_close(self.A.numpy(), self.a)
+    self.assert_close(self.B.numpy(), self.b)
+
+  def test_leading_axes_disagree(self):
+    with self.assertRaisesRegex(ValueError, r"different leading axis sizes: xs\[0\] has 3, xs\[1\] has 4"):
+      scan(lambda c, x: (c, None), self.C0, (self.A, self.B))
+
+  def test_length_disagrees(self):
+    with self.assertRaisesRegex(ValueError, "`length` argument of 5 which disagrees with leading axis sizes 3"):
+      scan(lambda c, x: (c + x, None), self.C0, self.A, length=5)
+
+  def test_neither_xs_nor_length(self):
+    with self.assertRaisesRegex(ValueError, "no values to scan over and `length` not provided"): scan(lambda c, x: (c, None), self.C0)
+
+  def test_no_leading_axis(self):
+    with self.assertRaisesRegex(ValueError, r"no leading axis to scan over: xs\['s'\]"):
+      scan(lambda c, x: (c, None), self.C0, {"s": self.B.sum()})
+
+  def test_carry_changes_shape(self):
+    with self.assertRaisesRegex(TypeError, r"input carry component carry\[1\]\['w'\] has shape \(2,\).* output carry component has shape \(1, 2\)"):
+      scan(lambda c, x: ((c[0], {"w": (c[1]["w"] + x).reshape(1, 2)}), None), (self.B.sum(), {"w": self.C0}), self.A)
+
+  def test_carry_changes_dtype(self):
+    with self.assertRaisesRegex(TypeError, r"carry component carry has shape \(2,\) dtype dtypes.double but .* dtype dtypes.int"):
+      scan(lambda c, x: ((c + x).cast("int32"), None), self.C0, self.A)
+
+  def test_carry_changes_structure(self):
+    with self.assertRaisesRegex(TypeError, "must have the same pytree structure"): scan(lambda c, x: ((c, c), None), self.C0, self.A)
+
+  def test_not_a_pair(self):
+    with self.assertRaisesRegex(TypeError, "scan body output must be a pair"): scan(lambda c, x: c + x, self.C0, self.A)
+
+  def test_not_a_tensor(self):
+    with self.assertRaisesRegex(TypeError, r"init\[1\] is a str"): scan(lambda c, x: (c, None), (self.C0, "a"), self.A)
+
+class TestScanComposes(VmapTestCase):
+  def test_vmap_of_scan(self):
+    s0, us = rand(5, 4), controls(5, 20, 2)   # a batch of initial states and control sequences
+    carry, ys = vmap(lambda s, u: scan(bicycle, s, u))(Tensor(s0), Tensor(us))
+    want = np.stack([np_rollout(s, u) for s, u in zip(s0, us)])
+    self.assert_close(ys.numpy(), want)
+    self.assert_close(carry.numpy(), want[:, -1])
+
+  def test_vmap_of_scan_chunked(self):
+    s0, us = rand(5, 4), controls(5, 8, 2)
+    _, ys = vmap(lambda s, u: scan(bicycle, s, u), chunk_size=2)(Tensor(s0), Tensor(us))
+    self.assert_close(ys.numpy(), np.stack([np_rollout(s, u) for s, u in zip(s0, us)]))
+
+  def test_scan_of_vmapped_body(self):
+    s0, us = rand(5, 4), controls(12, 5, 2)   # the batch inside the carry, the controls (T, B, 2)
+    carry, ys = scan(vmap(bicycle), Tensor(s0), Tensor(us))
+    want = np.stack([np_rollout(s0[b], us[:, b]) for b in range(5)], axis=1)
+    self.assert_close(ys.numpy(), want)
+    self.assert_close(carry.numpy(), want[-1])
+
+  def test_jvp_of_rollout(self):
+    s0, us, ds = rand(4), controls(15, 2), rand(4)
+    _, tangent = jvp(lambda s: scan(bicycle, s, Tensor(us))[1], (Tensor(s0),), (Tensor(ds),))
+    self.assert_close(tangent.numpy(), num_jac(np_rollout)(s0, us) @ ds, atol=1e-7, rtol=1e-6)
+
+  def test_jacfwd_and_jacrev_of_rollout(self):
+    s0, us = rand(4), controls(15, 2)
+    want = num_jac(np_rollout)(s0, us)   # (15, 4, 4)
+    for jac in (jacfwd, jacrev):
+      with self.subTest(jac=jac.__name__):
+        self.assert_close(jac(lambda s: scan(bicycle, s, Tensor(us))[1])(Tensor(s0)).numpy(), want, atol=1e-7, rtol=1e-6)
+
+  def test_per_example_gradient_through_rollout(self):
+    s0, us = rand(3, 4), controls(3, 10, 2)
+    def loss(s, u): return (scan(bicycle, s, u)[1][:, :2] ** 2).sum()
+    grads = vmap(lambda s, u: loss(s, u).gradient(u)[0])(Tensor(s0), Tensor(us))
+    def np_loss(u, s): return (np_rollout(s, u)[:, :2] ** 2).sum()
+    want = np.stack([num_jac(np_loss)(u, s) for s, u in zip(s0, us)])
+    self.assert_close(grads.numpy(), want, atol=1e-7, rtol=1e-6)
+
+  def test_tinyjit(self):
+    @TinyJit
+    def rollout(s, u): return scan(bicycle, s, u)[1].realize()
+    for _ in range(3):   # capture on the second call, replay on the third: each with new data
+      s0, us = rand(4), controls(6, 2)
+      self.assert_close(rollout(Tensor(s0), Tensor(us)).numpy(), np_rollout(s0, us))
+
+  def test_sharded_batch(self):
+    if (why:=cpu_devices_missing()) is not None: self.skipTest(why)
+    devs = ("CPU:0", "CPU:1")
+    s0, us = rand(4, 4), controls(4, 6, 2)
+    S0 = Tensor(s0).shard(devs, axis=0)
+    _, ys = vmap(lambda s, u: scan(bicycle, s, u))(S0, Tensor(us).shard(devs, axis=0))
+    self.assertEqual(ys.device, S0.device)   # sharded like the batch
+    self.assert_close(ys.numpy(), np.stack([np_rollout(s, u) for s, u in zip(s0, us)]))
+
+  def test_kernels_grow_with_length(self):
+    """the unrolled lowering: a buffer per step's carry and y, so its kernels grow with the length (reported, not exact)"""
+    counts = []
+    for T in (10, 50):
+      s0, us = Tensor(rand(4)).realize(), Tensor(controls(T, 2)).realize()
+      before = GlobalCounters.kernel_count
+      scan(bicycle, s0, us)[1].realize()
+      counts.append(GlobalCounters.kernel_count - before)
+    print(f"\nscan(bicycle) kernels, unrolled lowering: T=10 {counts[0]}, T=50 {counts[1]}")
+    self.assertGreater(counts[1], counts[0])
+
+if __name__ == "__main__":
+  unittest.main()
