@@ -206,16 +206,26 @@ class TestScanComposes(VmapTestCase):
     self.assertEqual(ys.device, S0.device)   # sharded like the batch
     self.assert_close(ys.numpy(), np.stack([np_rollout(s, u) for s, u in zip(s0, us)]))
 
-  def test_kernels_grow_with_length(self):
-    """the unrolled lowering: a buffer per step's carry and y, so its kernels grow with the length (reported, not exact)"""
-    counts = []
-    for T in (10, 50):
-      s0, us = Tensor(rand(4)).realize(), Tensor(controls(T, 2)).realize()
+  def test_bicycle_is_one_kernel_at_any_length(self):
+    """the fused lowering (tinygrad/scan_kernel.py): the carry in registers across a LOOP range, one kernel whatever the length"""
+    for T in (10, 50, 200):
+      s0, us = rand(4), controls(T, 2)
+      S0, US = Tensor(s0).realize(), Tensor(us).realize()
       before = GlobalCounters.kernel_count
-      scan(bicycle, s0, us)[1].realize()
-      counts.append(GlobalCounters.kernel_count - before)
-    print(f"\nscan(bicycle) kernels, unrolled lowering: T=10 {counts[0]}, T=50 {counts[1]}")
-    self.assertGreater(counts[1], counts[0])
+      carry, ys = scan(bicycle, S0, US)
+      Tensor.realize(carry, ys)
+      self.assertEqual(GlobalCounters.kernel_count - before, 1, f"T={T}")
+      self.assert_close(ys.numpy(), np_rollout(s0, us))
+      self.assert_close(carry.numpy(), np_rollout(s0, us)[-1])
+
+  def test_gradient_through_the_fused_kernel(self):
+    # outside vmap the forward is one kernel; its gradient is the unrolled graph's, recomputed from the kernel's inputs
+    s0, us = rand(4), controls(12, 2)
+    S0, US = Tensor(s0), Tensor(us)
+    gs, gu = (scan(bicycle, S0, US)[1][:, :2] ** 2).sum().gradient(S0, US)
+    def np_loss(s, u): return (np_rollout(s, u)[:, :2] ** 2).sum()
+    self.assert_close(gs.numpy(), num_jac(lambda s: np_loss(s, us))(s0), atol=1e-7, rtol=1e-6)
+    self.assert_close(gu.numpy(), num_jac(lambda u: np_loss(s0, u))(us), atol=1e-7, rtol=1e-6)
 
 if __name__ == "__main__":
   unittest.main()

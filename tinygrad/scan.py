@@ -15,11 +15,17 @@ from tinygrad.dtype import DType, dtypes, least_upper_dtype
 from tinygrad.device import Device
 from tinygrad.uop.ops import UOp
 from tinygrad.pytree import tree_map, tree_structure, same_structure
-from tinygrad.transform_state import on_device
+from tinygrad.transform_state import TRANSFORMS, on_device
+from tinygrad.batching import open_vmap_ranges
 from tinygrad.vmap import _from_numpy
 
 # the fused lowering, where it exists: same arguments as _unrolled, None when it can't fuse this scan
 _fused = importlib.import_module("tinygrad.scan_kernel").scan_kernel if importlib.util.find_spec("tinygrad.scan_kernel") else None
+
+def _fusable(leaves:list[Tensor]) -> bool:
+  """whether the fused kernel may run this scan: not where a transform must see the steps' ops (inside a vmap scope, whose batching
+  rules take no kernel; on a value jvp or a Jacobian traces); a gradient through the kernel is the unrolled graph's, recomputed"""
+  return _fused is not None and not any(open_vmap_ranges(t.uop) or TRANSFORMS.traced(t.uop) for t in leaves)
 
 def _leaves(tree, root:str) -> tuple[list[str], list]:
   """the paths (like `carry[0]['w']`) and leaves of tree, depth first; None is an empty subtree (as in JAX) and is left out"""
@@ -149,7 +155,9 @@ def scan(f:Callable, init, xs=None, length:int|None=None, reverse:bool=False):
   x0 = [x[-1 if reverse else 0] if length else x.pad(((0, 1),) + (None,)*(x.ndim-1))[0] for x in xs_leaves]
   if any(t.dtype in dtypes.weaks for t in init_leaves): init_leaves = body.promote_weak(init_leaves, x0)
   if length == 0: carry, ys = init_leaves, [y.unsqueeze(0).shrink(((0, 0),) + (None,)*y.ndim) for y in body.step(init_leaves, x0)[1]]
-  elif _fused is not None and (fused:=_fused(body.step, init_leaves, xs_leaves, length, reverse)) is not None: carry, ys = fused
+  elif _fusable(init_leaves + xs_leaves) and (fused:=_fused(body.step, init_leaves, xs_leaves, length, reverse,
+                                                             backward=lambda i, x: _unrolled(body.step, i, x, length, reverse))) is not None:
+    carry, ys = fused
   else: carry, ys = _unrolled(body.step, init_leaves, xs_leaves, length, reverse)
   # a carry of constants alone has no device on 0.14: on the inputs' device, as vmap puts a constant output
   device = next((t.device for t in init_leaves + xs_leaves if t.device is not None), Device.DEFAULT)

@@ -68,20 +68,24 @@ class _Scalarize:
 def _flat(p:UOp, lead:int) -> UOp: return p.reshape(p.shape[:lead] + (math.prod(p.shape[lead:]),))
 
 def scan_kernel(step:Callable[[list[Tensor], list[Tensor]], tuple[list[Tensor], list[Tensor]]], init_leaves:list[Tensor],
-                xs_leaves:list[Tensor], length:int, reverse:bool=False, batch:int|None=None) -> tuple[list[Tensor], list[Tensor]]|None:
+                xs_leaves:list[Tensor], length:int, reverse:bool=False, batch:int|None=None,
+                backward:Callable[[list[Tensor], list[Tensor]], tuple[list[Tensor], list[Tensor]]]|None=None) -> tuple[list[Tensor], list[Tensor]]|None:
   """jax.lax.scan over flat leaves as one kernel, or None when the body cannot fuse. `step(carry_leaves, x_leaves) -> (carry_leaves,
   y_leaves)` works on one step's Tensors (x_leaves[i] has xs_leaves[i].shape[1:]); returns `(final_carry_leaves, ys_leaves)`, ys
   stacked on a new leading axis of size `length` (ys[t] belongs to xs[t], also when `reverse`). With `batch=B` every leaf has a leading
   batch axis of size B (init (B, ...), xs (B, length, ...)), `step` sees one example, and the results are (B, ...) and (B, length, ...):
-  one kernel whose batch range is parallel (GLOBAL on a GPU)."""
-  try: return _scan_kernel(step, list(init_leaves), list(xs_leaves), length, reverse, batch)
+  one kernel whose batch range is parallel (GLOBAL on a GPU). `backward(init_leaves, xs_leaves)` computes the same results as a graph
+  that has a gradient (scan's unrolled lowering): a gradient through the kernel is that graph's, recomputed from the kernel's inputs.
+  Without it a gradient through the kernel raises."""
+  try: return _scan_kernel(step, list(init_leaves), list(xs_leaves), length, reverse, batch, backward)
   except NoFuse as e:
     if DEBUG >= 2: print(f"scan_kernel: not one kernel, {e}")
     return None
 
-def _scan_kernel(step, init, xs, length, reverse, batch):
+def _scan_kernel(step, init, xs, length, reverse, batch, backward):
   lead = 0 if batch is None else 1
-  if not isinstance(length, int) or length < 1: raise NoFuse(f"length {length} is not a positive int")
+  # length 1: the LOOP range folds away and codegen's coalescing trips on what is left (one step is one kernel unrolled anyway)
+  if not isinstance(length, int) or length < 2: raise NoFuse(f"length {length} is not an int of at least 2")
   if not init: raise NoFuse("no carry")
   # a 0-d Tensor of a number is a CONST without a device: such an init is a constant of the kernel, not a buffer it reads
   const = [t.device is None for t in init]
@@ -102,10 +106,16 @@ def _scan_kernel(step, init, xs, length, reverse, batch):
   if len(c_out) != len(init) or any(o.shape != i.shape or o.dtype != i.dtype for o, i in zip(c_out, c_in)):
     raise NoFuse("the carry out of the step differs from the carry in (shapes, dtypes)")
   y_shapes = [y.shape for y in y_out]
+  # one output buffer, the carry's leaves then the ys' one after the other, each whole (batch and all, so each is a contiguous view):
+  # the CALL's one output, so a gradient through it comes to grad_fxn as one Tensor
+  nb = batch or 1
+  sizes = [max(1, math.prod(s)) for s in c_shapes] + [length * max(1, math.prod(s)) for s in y_shapes]
+  offs = [nb * sum(sizes[:i]) for i in range(len(sizes))]
+  off_c, off_y = offs[:len(c_shapes)], offs[len(c_shapes):]
 
   def kernel(*p:UOp) -> UOp:
-    nc, ny, ni = len(init), len(y_out), len(bufs)
-    outs_c, outs_y, ins_c, ins_x = p[:nc], p[nc:nc+ny], iter(p[nc+ny:nc+ny+ni]), p[nc+ny+ni:]
+    ni = len(bufs)
+    out, ins_c, ins_x = p[0], iter(p[1:1+ni]), p[1+ni:]
     b = () if batch is None else (UOp.range(batch, 0),)     # WEAK: the optimizer makes it GLOBAL where there are threads
     t = UOp.range(length, 1, AxisType.LOOP)                  # LOOP: never upcast, unrolled or made parallel
     ti = (length - 1 - t) if reverse else t
@@ -125,15 +135,25 @@ def _scan_kernel(step, init, xs, length, reverse, batch):
     # every store of the carry waits for every load of it, so no element is read after it was written this step
     every_load = [l for ls in loads for l in ls.tolist()]
     stores = [a.after(*every_load)[j].store(v) for a, nv in zip(accs, new_c) for j, v in enumerate(nv)]
-    stores += [_flat(y, lead+1)[(*b, ti, j)].store(v) for y, nv in zip(outs_y, new_y) for j, v in enumerate(nv)]
+    bi = b[0] if b else 0
+    stores += [out[o + bi*n + ti*(n//length) + j].store(v) for o, n, nv in zip(off_y, sizes[len(c_shapes):], new_y) for j, v in enumerate(nv)]
     loop = UOp.group(*stores).end(t)
-    fin = [_flat(o, lead)[(*b, j)].store(a.after(loop)[j].load()) for o, a in zip(outs_c, accs) for j in range(a.shape[0])]
+    fin = [out[o + bi*a.shape[0] + j].store(a.after(loop)[j].load()) for o, a in zip(off_c, accs) for j in range(a.shape[0])]
     return UOp.group(*fin).end(*b).sink(arg=KernelInfo(name=f"scan{'_rev' if reverse else ''}", opts_to_apply=()))
 
   bufs = [t for t, k in zip(init, const) if not k]
   bs = () if batch is None else (batch,)
-  out_c = [Tensor.empty(*bs, *s, dtype=t.dtype, device=dev) for s, t in zip(c_shapes, init)]
-  out_y = [Tensor.empty(*bs, length, *s, dtype=y.dtype, device=dev) for s, y in zip(y_shapes, y_out)]
-  srcs = out_c + out_y + [t.contiguous() for t in bufs+xs]
-  res = srcs[0].custom_kernel(*srcs[1:], fxn=kernel)
-  return res[:len(out_c)], res[len(out_c):len(out_c)+len(out_y)]
+  if len({t.dtype for t in init} | {y.dtype for y in y_out}) != 1: raise NoFuse("leaves of several dtypes (one output buffer holds them)")
+  out = Tensor.empty(nb * sum(sizes), dtype=init[0].dtype, device=dev)
+
+  def grad_fxn(g:UOp, call:UOp) -> tuple[UOp|None, ...]:
+    if backward is None: raise NotImplementedError("scan_kernel: no gradient through the kernel without a backward (scan passes one)")
+    ins = iter(ins_t:=[Tensor(u) for u in call.src[2:]])
+    c, y = backward([t if k else next(ins) for t, k in zip(init, const)], list(ins))
+    packed = Tensor.cat(*[v.reshape(-1) for v in list(c) + list(y)])
+    return (None, *[d.uop for d in (packed * Tensor(g).detach()).sum().gradient(*ins_t)])   # g may read the kernel: not through it again
+
+  res = out.custom_kernel(*[t.contiguous() for t in bufs+xs], fxn=kernel, grad_fxn=grad_fxn)[0]
+  parts = [res[o:o+nb*n] for o, n in zip(offs, sizes)]
+  return ([v.reshape(bs + s) for v, s in zip(parts[:len(c_shapes)], c_shapes)],
+          [v.reshape(bs + (length,) + s) for v, s in zip(parts[len(c_shapes):], y_shapes)])
