@@ -1,6 +1,6 @@
 """The upstream bugs the fix-* topic patches fix, each as its plain repro (no vmap: vanilla 0.12.0 or 0.14.0 fails each) against numpy.
 The vmap cases the fuzzer found them by are in test/test_vmap_fuzz.py (TestFuzzRegressions); docs/internals.md maps topics to tests."""
-import unittest, sys, contextlib
+import contextlib, functools, sys, unittest
 from unittest import mock
 import numpy as np
 from tinygrad import Tensor, Device, dtypes, GlobalCounters, vmap
@@ -247,7 +247,9 @@ def failing(stage:str) -> contextlib.ExitStack:
   fxn = {"schedule": "complete_create_schedule_with_vars" if LINE_012 else "create_linear_with_vars",
          "codegen": "get_program" if LINE_012 else "to_program"}
   if stage == "compile": targets = [(dev.compiler, n) for n in ("compile", "compile_cached", "compile_cached_many") if hasattr(dev.compiler, n)]
-  elif stage == "run": targets = [(dev.runtime.func if LINE_012 else dev.runtime_t, "__call__")]   # 0.12's runtime is a partial of the class
+  elif stage == "run":
+    rt = dev.runtime if LINE_012 else dev.runtime_t
+    targets = [(rt.func if isinstance(rt, functools.partial) else rt, "__call__")]   # a runtime may be a partial of its class (0.12's CPU)
   else: targets = [(m, fxn[stage]) for m in list(sys.modules.values()) if m.__name__.startswith("tinygrad.")
                    and getattr(getattr(m, fxn[stage], None), "__module__", "").startswith("tinygrad.")]
   assert targets, stage
