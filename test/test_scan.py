@@ -227,5 +227,74 @@ class TestScanComposes(VmapTestCase):
     self.assert_close(gs.numpy(), num_jac(lambda s: np_loss(s, us))(s0), atol=1e-7, rtol=1e-6)
     self.assert_close(gu.numpy(), num_jac(lambda u: np_loss(s0, u))(us), atol=1e-7, rtol=1e-6)
 
+def np_rollouts(s0, us): return np.stack([np_rollout(s, u) for s, u in zip(s0, us)])
+
+class TestScanInVmap(VmapTestCase):
+  """vmap(scan) as ONE kernel (tinygrad/scan.py _batched_fused): the batch parallel, the steps a loop inside, the results per example"""
+  def rollouts(self, s0, us, **kw):
+    S0, US = Tensor(s0).realize(), Tensor(us).realize()
+    before = GlobalCounters.kernel_count
+    carry, ys = vmap(lambda s, u: scan(bicycle, s, u), **kw)(S0, US)
+    Tensor.realize(carry, ys)
+    return GlobalCounters.kernel_count - before, carry.numpy(), ys.numpy()
+
+  def test_one_kernel_at_any_length_and_batch(self):
+    for B in (8, 64):
+      for T in (10, 100):
+        with self.subTest(B=B, T=T):
+          s0, us = rand(B, 4), controls(B, T, 2)
+          kernels, carry, ys = self.rollouts(s0, us)
+          self.assertEqual(kernels, 1)
+          self.assert_close(ys, np_rollouts(s0, us))
+          self.assert_close(carry, np_rollouts(s0, us)[:, -1])
+
+  def test_closed_over_init(self):
+    # one initial state for every example, closed over (not inside the scope): broadcast to the batch
+    s0, us = rand(4), controls(6, 9, 2)
+    S0 = Tensor(s0)
+    _, ys = vmap(lambda u: scan(bicycle, S0, u))(Tensor(us))
+    self.assert_close(ys.numpy(), np_rollouts([s0]*6, us))
+
+  def test_reverse(self):
+    s0, us = rand(5, 4), controls(5, 12, 2)
+    S0, US = Tensor(s0).realize(), Tensor(us).realize()
+    before = GlobalCounters.kernel_count
+    carry, ys = vmap(lambda s, u: scan(bicycle, s, u, reverse=True))(S0, US)
+    Tensor.realize(carry, ys)
+    self.assertEqual(GlobalCounters.kernel_count - before, 1)
+    want = [np_scan(lambda c, u: (np_bicycle(c, u),)*2, s, u, reverse=True) for s, u in zip(s0, us)]
+    self.assert_close(ys.numpy(), np.stack([y for _, y in want]))
+    self.assert_close(carry.numpy(), np.stack([c for c, _ in want]))
+
+  def test_xs_mapped_on_axis_1(self):
+    s0, us = rand(5, 4), controls(11, 5, 2)   # the controls (T, B, 2)
+    _, ys = vmap(lambda s, u: scan(bicycle, s, u), in_axes=(0, 1))(Tensor(s0), Tensor(us))
+    self.assert_close(ys.numpy(), np_rollouts(s0, us.transpose(1, 0, 2)))
+
+  def test_value_computed_in_the_scope(self):
+    # the init is made in the function from the example: its batch is the rules' batch of that graph
+    s0, us = rand(5, 4), controls(5, 7, 2)
+    _, ys = vmap(lambda s, u: scan(bicycle, s * 2 + 1, u))(Tensor(s0), Tensor(us))
+    self.assert_close(ys.numpy(), np_rollouts(s0 * 2 + 1, us))
+
+  def test_nested_vmap(self):
+    s0, us = rand(3, 4), controls(2, 3, 6, 2)   # every initial state against each of 2 sets of 3 control sequences
+    _, ys = vmap(lambda u: vmap(lambda s, v: scan(bicycle, s, v))(Tensor(s0), u))(Tensor(us))
+    self.assert_close(ys.numpy(), np.stack([np_rollouts(s0, u) for u in us]))
+
+  def test_chunked(self):
+    s0, us = rand(7, 4), controls(7, 10, 2)   # 3 chunks, the last shorter
+    _, carry, ys = self.rollouts(s0, us, chunk_size=3)
+    self.assert_close(ys, np_rollouts(s0, us))
+    self.assert_close(carry, np_rollouts(s0, us)[:, -1])
+
+  def test_gradient_of_the_batch(self):
+    # a gradient outside the vmap, through the batched kernel: the vmap of the unrolled graph, recomputed from the kernel's inputs
+    s0, us = rand(3, 4), controls(3, 8, 2)
+    S0, US = Tensor(s0), Tensor(us)
+    gs, = (vmap(lambda s, u: scan(bicycle, s, u))(S0, US)[1][..., :2] ** 2).sum().gradient(S0)
+    def np_loss(s, u): return (np_rollout(s, u)[:, :2] ** 2).sum()
+    self.assert_close(gs.numpy(), np.stack([num_jac(lambda s: np_loss(s, u))(s) for s, u in zip(s0, us)]), atol=1e-7, rtol=1e-6)
+
 if __name__ == "__main__":
   unittest.main()

@@ -163,6 +163,17 @@ class TestScanKernelGPU(unittest.TestCase):
     self.assertIn(f"< {T}; ", src)                       # the steps: a loop inside the thread
     self.assertIn("double buf0[4];", src)                # the carry: 4 registers
 
+  def test_vmap_of_scan_is_the_same_kernel(self):
+    # scan inside a vmap scope runs the batched kernel: the batch on the grid, through vmap (tinygrad/scan.py)
+    from tinygrad import scan, vmap
+    B, T = 1000, 50
+    S0, U = Tensor(np.zeros((B, 4))).realize(), Tensor(np.zeros((B, T, 2))).realize()
+    c, ys = vmap(lambda s, u: scan(lambda c, x: tuple(v[0] for v in bicycle([c], [x])), s, u))(S0, U)
+    (gsz, src), = cuda_programs(c, ys)
+    self.assertEqual(gsz, (B, 1, 1))
+    self.assertIn(f"< {T}; ", src)
+    self.assertIn("double buf0[4];", src)
+
   def test_batch_on_the_emulator(self):
     root = Path(__file__).resolve().parent.parent
     env = {k: v for k, v in os.environ.items() if k not in {"CPU", "DEV", "DEBUG"}}

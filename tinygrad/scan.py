@@ -8,24 +8,47 @@ per step into one Tensor graph, so vmap, jvp, the Jacobians, gradients, TinyJit 
 fused lowering (one kernel with a LOOP range, tinygrad/scan_kernel.py) is asked first when it exists, and returns None when it can't.
 """
 from __future__ import annotations
-import importlib.util
+import functools, importlib.util
 from typing import Any, Callable
 from tinygrad.tensor import Tensor
 from tinygrad.dtype import DType, dtypes, least_upper_dtype
 from tinygrad.device import Device
 from tinygrad.uop.ops import UOp
 from tinygrad.pytree import tree_map, tree_structure, same_structure
-from tinygrad.transform_state import TRANSFORMS, on_device
+from tinygrad.transform_state import TRANSFORMS, KEPT, on_device
 from tinygrad.batching import open_vmap_ranges
-from tinygrad.vmap import _from_numpy
+from tinygrad.vmap import _from_numpy, vmap
 
 # the fused lowering, where it exists: same arguments as _unrolled, None when it can't fuse this scan
 _fused = importlib.import_module("tinygrad.scan_kernel").scan_kernel if importlib.util.find_spec("tinygrad.scan_kernel") else None
 
 def _fusable(leaves:list[Tensor]) -> bool:
-  """whether the fused kernel may run this scan: not where a transform must see the steps' ops (inside a vmap scope, whose batching
-  rules take no kernel; on a value jvp or a Jacobian traces); a gradient through the kernel is the unrolled graph's, recomputed"""
-  return _fused is not None and not any(open_vmap_ranges(t.uop) or TRANSFORMS.traced(t.uop) for t in leaves)
+  """whether the fused kernel may run this scan: not on a value jvp or a Jacobian traces (they must see the steps' ops); a gradient
+  through the kernel is the unrolled graph's, recomputed. In a vmap scope only the batched kernel may run (_scope_range)"""
+  return _fused is not None and not any(TRANSFORMS.traced(t.uop) for t in leaves)
+
+def _scope_range(leaves:list[Tensor]) -> UOp|None:
+  """the RANGE of the one vmap scope the leaves are in: the fused kernel runs their batch (None: no scope, or nested scopes, whose
+  leaves keep the unrolled lowering)"""
+  return rs.pop() if len(rs:={r for t in leaves for r in open_vmap_ranges(t.uop)}) == 1 else None
+
+def _batched_fused(body:_Body, init:list[Tensor], xs:list[Tensor], length:int, reverse:bool, r:UOp) -> tuple[list[Tensor], list[Tensor]]|None:
+  """a scan in the vmap scope of RANGE r as ONE kernel over the scope's batch (parallel, the steps a loop in it): each leaf's batch
+  (vmapout, the batch axis in front; a leaf from outside the scope broadcast to it) into the batched kernel, whose results enter the
+  scope again, one example each (a VMAPIN of a batch is batched as that batch itself: the scope's VMAPOUT gives the kernel's output).
+  A gradient inside the scope, which differentiates one example, gets the unrolled lowering in their place (TRANSFORMS.recompute)"""
+  B = r.vmax + 1
+  def batch(t:Tensor) -> Tensor: return t.vmapout((r,) + (KEPT,)*t.ndim) if r in t.uop.ranges else t.unsqueeze(0).expand(B, *t.shape)
+  def vmapped_unrolled(i:list[Tensor], x:list[Tensor]): return vmap(lambda i, x: _unrolled(body.step, i, x, length, reverse))(i, x)
+  if (fused:=_fused(body.step, [batch(t) for t in init], [batch(t) for t in xs], length, reverse, batch=B, backward=vmapped_unrolled)) is None:
+    return None
+  carry, ys = [[t.vmapin((r,) + (KEPT,)*(t.ndim-1)) for t in ts] for ts in fused]
+  unrolled: list = []
+  def recompute(i:int) -> UOp:
+    if not unrolled: unrolled.extend(t.uop for ts in _unrolled(body.step, init, xs, length, reverse) for t in ts)
+    return unrolled[i]
+  for i, t in enumerate(carry + ys): TRANSFORMS.recompute[t.uop] = functools.partial(recompute, i)
+  return carry, ys
 
 def _leaves(tree, root:str) -> tuple[list[str], list]:
   """the paths (like `carry[0]['w']`) and leaves of tree, depth first; None is an empty subtree (as in JAX) and is left out"""
@@ -155,9 +178,10 @@ def scan(f:Callable, init, xs=None, length:int|None=None, reverse:bool=False):
   x0 = [x[-1 if reverse else 0] if length else x.pad(((0, 1),) + (None,)*(x.ndim-1))[0] for x in xs_leaves]
   if any(t.dtype in dtypes.weaks for t in init_leaves): init_leaves = body.promote_weak(init_leaves, x0)
   if length == 0: carry, ys = init_leaves, [y.unsqueeze(0).shrink(((0, 0),) + (None,)*y.ndim) for y in body.step(init_leaves, x0)[1]]
-  elif _fusable(init_leaves + xs_leaves) and (fused:=_fused(body.step, init_leaves, xs_leaves, length, reverse,
-                                                             backward=lambda i, x: _unrolled(body.step, i, x, length, reverse))) is not None:
-    carry, ys = fused
+  elif _fusable(leaves:=init_leaves + xs_leaves) and (r:=_scope_range(leaves)) is not None and \
+    (fused:=_batched_fused(body, init_leaves, xs_leaves, length, reverse, r)) is not None: carry, ys = fused
+  elif _fusable(leaves) and not any(open_vmap_ranges(t.uop) for t in leaves) and (fused:=_fused(body.step, init_leaves, xs_leaves, length,
+    reverse, backward=lambda i, x: _unrolled(body.step, i, x, length, reverse))) is not None: carry, ys = fused
   else: carry, ys = _unrolled(body.step, init_leaves, xs_leaves, length, reverse)
   # a carry of constants alone has no device on 0.14: on the inputs' device, as vmap puts a constant output
   device = next((t.device for t in init_leaves + xs_leaves if t.device is not None), Device.DEFAULT)

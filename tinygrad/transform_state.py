@@ -3,7 +3,7 @@ function runs, and the ids of the RANGEs the transforms make. One per process, T
 puts the old value back after, also when fn raises; tinygrad/tensor.py and tinygrad/gradient.py read it (their hooks, in the vmap topic
 patches)."""
 from __future__ import annotations
-import itertools
+import itertools, weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 from tinygrad.uop.ops import UOp, Ops, AxisType, sint
@@ -31,6 +31,9 @@ class TransformState:
   # every RANGE a transform makes (vmap's scopes, a backward pass's own chunk loops, vmap_range) gets an id of its own, so nested and
   # repeated scopes never alias. Negative, like upstream's outer world ranges, and far from the ids of a RANGE built by hand
   # (UOp.range(n, -1)). The schedule cache renames RANGEs before it keys a graph, so fresh ids on every call don't cost a re-schedule
+  # a value in a vmap scope whose forward is a kernel no gradient can see through per example (scan's batched kernel) -> the function
+  # that builds the same value as a graph that can: a gradient in the scope differentiates that one instead (tinygrad/mixin/gradient.py)
+  recompute: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
   range_ids: Iterator[int] = field(default_factory=lambda: itertools.count(-(1 << 20), -1))
 
   def fresh_range(self, size:sint, axis_type:AxisType=AxisType.LOOP) -> UOp: return UOp.range(size, next(self.range_ids), axis_type)
