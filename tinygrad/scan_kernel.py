@@ -5,9 +5,8 @@ small graph element by element into scalar UOps (the body), and wraps the body i
 grow with the length. A body it cannot fuse (a realize inside, a large reduce, an op it does not know) returns None, and DEBUG>=2 says
 why; the caller (tinygrad/scan.py) then runs its own lowering. docs/internals.md, "scan: a recursion as one kernel (0.14)"."""
 from __future__ import annotations
-import functools, math
+import functools, importlib.util, math
 from typing import Callable
-import numpy as np
 from tinygrad.tensor import Tensor
 from tinygrad.uop.ops import UOp, Ops, GroupOp, KernelInfo, AxisType
 from tinygrad.dtype import AddrSpace, dtypes
@@ -18,10 +17,12 @@ MAX_SCALARS = getenv("SCAN_KERNEL_MAX", 20000)   # scalar UOps a body may unroll
 class NoFuse(Exception): pass
 
 def _objs(shape:tuple[int, ...], fn:Callable) -> np.ndarray:
+  import numpy as np
   ret = np.empty(shape, dtype=object)
   for i in np.ndindex(*shape): ret[i] = fn(i)
   return ret
 def _map(fn:Callable, *xs:np.ndarray) -> np.ndarray:
+  import numpy as np
   xs = np.broadcast_arrays(*xs)
   return _objs(xs[0].shape, lambda i: fn(*(x[i] for x in xs)))
 
@@ -37,6 +38,7 @@ class _Scalarize:
     self.count += n
     return r
   def _eval(self, u:UOp) -> np.ndarray:
+    import numpy as np
     if u.op is Ops.CONST: return _objs((), lambda _: u if not u.src else UOp.const(u.val, u.dtype))
     if u.op in {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH}: return self(u.src[0])
     if u.op is Ops.BUFFER: raise NoFuse("a buffer the step did not get as a leaf (a realize inside the step, or a captured Tensor)")
@@ -77,6 +79,8 @@ def scan_kernel(step:Callable[[list[Tensor], list[Tensor]], tuple[list[Tensor], 
   one kernel whose batch range is parallel (GLOBAL on a GPU). `backward(init_leaves, xs_leaves)` computes the same results as a graph
   that has a gradient (scan's unrolled lowering): a gradient through the kernel is that graph's, recomputed from the kernel's inputs.
   Without it a gradient through the kernel raises."""
+  # the body is evaluated in numpy object arrays of scalar UOps: no numpy, no fused kernel (tinygrad itself needs none)
+  if importlib.util.find_spec("numpy") is None: return None
   try: return _scan_kernel(step, list(init_leaves), list(xs_leaves), length, reverse, batch, backward)
   except NoFuse as e:
     if DEBUG >= 2: print(f"scan_kernel: not one kernel, {e}")
