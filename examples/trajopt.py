@@ -15,15 +15,15 @@ One iteration (`Solver.iterate`, under TinyJit after its first two calls):
   1. linearize: per problem, `vmap(jacfwd(step, argnums=(0, 1)))` over the knots gives the 4x4 and 4x2 dynamics Jacobians, and
      `vmap(jacrev(running_cost))` and `vmap(hessian(running_cost))` the cost's gradient and Hessian in (state, control); the
      per-problem function is vmapped over the B problems. All knots of all problems: a fixed number of kernels.
-  2. backward pass: the Riccati recursion, one knot a step from the last; each step is `vmap(riccati_step)` over the problems,
-     written into the value function's buffer and row k of the policy's: 4 kernels, its outputs.
-  3. forward pass: the rollouts for every step size in ALPHAS at once (`vmap` over problems and step sizes), 2 kernels a knot (it
-     reads row k of the buffer it writes row k + 1 of: tinygrad computes the row into a temporary first).
+  2. backward pass: the Riccati recursion, from the last knot to the first (`riccati_step`, written for one problem and one knot):
+     on tinygrad 0.14 a reversed `scan_kernel(..., batch=B)`, the value function (and the damping) its carry, the knot's
+     derivatives its xs, the knot's gains its ys: ONE kernel for all knots and problems.
+  3. forward pass: the rollouts for every step size in ALPHAS at once, one more scan kernel whose batch is problems x step sizes.
   4. evaluate: the cost of every candidate (vmap over problems, step sizes and knots), then per problem the best step size is kept
      if it lowers the cost, and the Levenberg-Marquardt damping `mu` of its Quu goes down, else up. Nothing leaves the device.
-tinygrad has no scan: a recursion over time is kernels per knot (`KnotStep`: one step traced, scheduled and compiled once, and
-replayed at every knot), so an iteration is 6 T + a constant kernels, whatever B (on tinygrad 0.12; 7 T + a constant on 0.14,
-whose rollout step is 3 kernels); TinyJit replays them as one graph.
+On 0.14 an iteration is 21 kernels whatever T and B, no time loop in Python; TinyJit replays them as one graph. The frozen 0.12 line
+has no scan: there a recursion over time is kernels per knot (`KnotStep`: one step traced, scheduled and compiled once, and replayed at
+every knot), 6 T + a constant kernels an iteration, whatever B.
 """
 import argparse, itertools, math, sys, time
 from pathlib import Path
@@ -36,6 +36,7 @@ from tinygrad.uop.ops import UOp
 from tinygrad.fork_line import LINE_012
 from tinygrad.engine import realize
 from tinygrad.helpers import Context
+if not LINE_012: from tinygrad.scan_kernel import scan_kernel
 
 # the problem: one start pose per problem, the rest shared
 HORIZON_S, WHEELBASE = 8.0, 2.5
@@ -147,21 +148,41 @@ class Solver:
       return vmap(lambda z: running_cost(z, dt))(X[:-1].cat(U, dim=1)).sum() + terminal_cost(X[-1])
     self.linearize, self.trajectory_cost, self.candidate_costs = vmap(linearize), vmap(trajectory_cost), vmap(vmap(trajectory_cost))
     self.terminal_value = vmap(lambda x: (jacrev(terminal_cost)(x), hessian(terminal_cost)(x)))
-    riccati_steps = vmap(riccati_step)                                                       # over problems
-    rollout_steps = vmap(vmap(lambda xc, x, u, K, k, alpha: step(xc, feedback_control(xc, x, u, K, k, alpha), dt),
-                              in_axes=(0, None, None, None, None, 0)), in_axes=(0, 0, 0, 0, 0, None))   # over problems, then step sizes
-    self.candidate_controls = vmap(vmap(vmap(feedback_control, in_axes=(0, 0, 0, 0, 0, None)), in_axes=(0, None, None, None, None, 0)),
-                                   in_axes=(0, 0, 0, 0, 0, None))                         # over problems, step sizes, knots
     # the state of the solver: the nominal trajectories, the damping and the cost
     def buffer(*shape): return Tensor.zeros(*shape, dtype=dtype).contiguous().realize()
     self.U = buffer(self.B, T, 2)
     self.X = Tensor(rollout_numpy(starts, np.zeros((self.B, T, 2)), self.dt), dtype=dtype).realize()
     self.mu = Tensor.full((self.B,), MU0, dtype=dtype).contiguous().realize()
     self.cost = self.trajectory_cost(self.X, self.U).contiguous().realize()
+    if LINE_012: self._knot_steps(T)
+    else:
+      # the recursions over time as scans, each ONE kernel for all knots (a LOOP range, the carry in registers), whatever T and B:
+      # the step of one problem (and one step size) at one knot, expanded element by element into the kernel's body
+      def riccati_body(c:list[Tensor], x:list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        (Vx, Vxx, mu), (A, B, g, H) = c, x            # mu rides in the carry unchanged: a per-problem constant, read at every knot
+        Vx, Vxx, K, k = riccati_step(Vx, Vxx, A, B, g, H, mu[0])
+        # Vxx is symmetric; its rounding's antisymmetric part, carried back through every knot, slowed float32 convergence (test_trajopt's
+        # test_converges: goal error 0.15 after 60 iterations without, 0.013 with); float64 moves by rounding only
+        return [Vx, (Vxx + Vxx.T) * 0.5, mu], [K, k]
+      def rollout_body(c:list[Tensor], x:list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        (xa,), (z,) = c, x                              # the candidate's state and its step size; the nominal knot (x, u) and its gains
+        uc = feedback_control(xa[:4], z[:4], z[4:6], z[6:14].reshape(2, 4), z[14:], xa[4])
+        xn = step(xa[:4], uc, dt)
+        return [xn.cat(xa[4:])], [xn, uc]
+      self.riccati_body, self.rollout_body = riccati_body, rollout_body
+    self.iterate = TinyJit(self._iterate)
+
+  def _knot_steps(self, T:int):
+    """tinygrad 0.12 has no scan: the recursions run knot by knot (KnotStep), into row k of persistent buffers"""
+    dt, dtype = self.dt, self.dtype
+    def buffer(*shape): return Tensor.zeros(*shape, dtype=dtype).contiguous().realize()
+    riccati_steps = vmap(riccati_step)                                                       # over problems
+    rollout_steps = vmap(vmap(lambda xc, x, u, K, k, alpha: step(xc, feedback_control(xc, x, u, K, k, alpha), dt),
+                              in_axes=(0, None, None, None, None, 0)), in_axes=(0, 0, 0, 0, 0, None))   # over problems, then step sizes
+    self.candidate_controls = vmap(vmap(vmap(feedback_control, in_axes=(0, 0, 0, 0, 0, None)), in_axes=(0, None, None, None, None, 0)),
+                                   in_axes=(0, 0, 0, 0, 0, None))                         # over problems, step sizes, knots
     # per knot: the derivatives (A, B, g, H), the value function and policy (Vx, Vxx, K, k), the candidates' states
-    # A, B, g and H side by side in one buffer, and Vx and Vxx in one: a Riccati step then reads three buffers (with mu). tinygrad 0.14
-    # keeps a value several kernels share as a buffer of its own when it reads more than three buffers: with seven, every scalar entry
-    # the step's four outputs share (the inverse of Quu and its products) was a kernel a knot, 27 a knot against 4
+    # A, B, g and H side by side in one buffer, and Vx and Vxx in one: a Riccati step then reads three buffers (with mu)
     self.derivs = PackedBuffer(buffer(self.B, T, 66), ((4, 4), (4, 2), (6,), (6, 6)))
     self.K, self.k = buffer(self.B, T, 2, 4), buffer(self.B, T, 2)
     # the value function (Vx, Vxx) of the knot after and the knot before, two buffers taking turns: a step that wrote into the buffer it
@@ -178,7 +199,32 @@ class Solver:
       return [Xc[:, :, k + 1].assign(rollout_steps(Xc[:, :, k], self.X[:, k], self.U[:, k], self.K[:, k], self.k[:, k], self.alphas))]
     self.backward_steps = [KnotStep(T, lambda k, read=read: backward(k, read)) for read in range(2)]   # knot k reads V[(T - 1 - k) % 2]
     self.forward_step = KnotStep(T, forward)
-    self.iterate = TinyJit(self._iterate)
+
+  def _recursions_knotwise(self) -> tuple[Tensor, Tensor]:
+    X, U, T, Xc = self.X, self.U, self.T, self.candidates
+    Tensor.realize(*self.derivs.assign(*self.linearize(X, U)))
+    Tensor.realize(*self.V[0].assign(*self.terminal_value(X[:, T])))
+    for k in reversed(range(T)): self.backward_steps[(T - 1 - k) % 2](k)
+    for k in range(T): self.forward_step(k)
+    return Xc, self.candidate_controls(Xc[:, :, :T], X[:, :T], U, self.K, self.k, self.alphas)
+
+  def _recursions_scan(self) -> tuple[Tensor, Tensor]:
+    X, U, T, B, n = self.X, self.U, self.T, self.B, len(ALPHAS)
+    A, Bu, g, H = self.linearize(X, U)
+    Vx, Vxx = self.terminal_value(X[:, T])
+    # the backward pass: all problems, from the last knot to the first
+    if (ret:=scan_kernel(self.riccati_body, [Vx, Vxx, self.mu.reshape(B, 1)], [A, Bu, g, H], T, reverse=True, batch=B)) is None:
+      raise RuntimeError("the Riccati step did not fuse into one kernel (DEBUG=2 says why)")
+    _, (K, k) = ret
+    # the forward pass: the rollouts of every problem and step size, the step sizes folded into the batch (B * n). Each leaf packs what
+    # a step reads side by side (the carry: state and step size; xs: x, u, K and k): one kernel each to expand them over the step sizes
+    def per_candidate(t:Tensor) -> Tensor: return t[:, None].expand(B, n, *t.shape[1:]).reshape(B * n, *t.shape[1:])
+    init = X[:, None, 0].expand(B, n, 4).cat(self.alphas.reshape(1, n, 1).expand(B, n, 1), dim=2).reshape(B * n, 5)
+    xs = per_candidate(X[:, :T].cat(U, K.reshape(B, T, 8), k, dim=2))
+    if (ret:=scan_kernel(self.rollout_body, [init], [xs], T, batch=B * n)) is None:
+      raise RuntimeError("the rollout step did not fuse into one kernel (DEBUG=2 says why)")
+    _, (Xn, Uc) = ret
+    return X[:, None, :1].expand(B, n, 1, 4).cat(Xn.reshape(B, n, T, 4), dim=2), Uc.reshape(B, n, T, 2)
 
   def kernels_per_iteration(self) -> int:
     """the kernels (and copies) TinyJit replays per iteration, once it has captured one (its third call)"""
@@ -189,12 +235,8 @@ class Solver:
                for c in captured.linear.src)
 
   def _iterate(self) -> Tensor:
-    X, U, T, Xc = self.X, self.U, self.T, self.candidates
-    Tensor.realize(*self.derivs.assign(*self.linearize(X, U)))
-    Tensor.realize(*self.V[0].assign(*self.terminal_value(X[:, T])))
-    for k in reversed(range(T)): self.backward_steps[(T - 1 - k) % 2](k)
-    for k in range(T): self.forward_step(k)
-    Uc = self.candidate_controls(Xc[:, :, :T], X[:, :T], U, self.K, self.k, self.alphas)
+    X, U = self.X, self.U
+    Xc, Uc = self._recursions_knotwise() if LINE_012 else self._recursions_scan()
     costs = self.candidate_costs(Xc, Uc)
     costs = (costs != costs).where(float("inf"), costs)                    # a candidate that diverged (NaN) is never the best
     best = costs.argmin(axis=1)
