@@ -619,12 +619,12 @@ class TestVmapFuzz(unittest.TestCase):
 
   # programs with a scan node: a random body over the carry and x, through vmap, jacfwd and jacrev (and with no vmap: the fused kernel)
   @unittest.skipIf(LINE_012, NO_SCAN)
-  @fuzz_settings(6)
+  @fuzz_settings(4)
   @given(progs("f64", scan=True))
   def test_scan_float64(self, prog): hyp_check(prog)
 
   @unittest.skipIf(LINE_012, NO_SCAN)
-  @fuzz_settings(3)
+  @fuzz_settings(2)
   @given(progs("jac", scan=True))
   def test_scan_jacfwd(self, prog): hyp_check(prog)
 
@@ -654,7 +654,7 @@ class TestVmapFuzzSharded(unittest.TestCase):
   def test_jacrev(self, prog): self.check(prog)   # per-example gradients, the batch on several devices
 
   @unittest.skipIf(LINE_012, NO_SCAN)
-  @fuzz_settings(3)
+  @fuzz_settings(2)
   @given(sharded_progs("f64", scan=True))
   def test_scan_float64(self, prog): self.check(prog)
 
