@@ -15,14 +15,17 @@ counts every program: passed, skipped by reason, failed, and failed without vmap
   FUZZ_EXAMPLES=500 python -m pytest test/test_vmap_fuzz.py       # more examples per test
   PYTHONPATH=. FUZZ_CAMPAIGN=5000 FUZZ_SEED=1 python test/test_vmap_fuzz.py    # a campaign: N programs from a seed, every failure kept and shrunk
   PYTHONPATH=. FUZZ_SHARDED=1 FUZZ_CAMPAIGN=1000 python test/test_vmap_fuzz.py # ... with the outermost batch sharded on CPU:0 and CPU:1
+  PYTHONPATH=. FUZZ_SCAN=1 FUZZ_CAMPAIGN=300 python test/test_vmap_fuzz.py     # ... programs with a scan node (random body, carry, length)
 """
 import os, sys, math, random, time, json, signal, unittest
 from dataclasses import dataclass, replace
 import numpy as np
 from hypothesis import given, settings, strategies as st, HealthCheck, assume
 from tinygrad import Tensor, dtypes, vmap, jacfwd, jacrev
+from tinygrad.fork_line import LINE_012
+if not LINE_012: from tinygrad import scan   # the 0.14 line's (tinygrad/scan.py): the scan node is drawn there alone
 sys.path.insert(0, os.path.dirname(__file__))
-from vmap_oracle import np_batch, np_softmax_axis, np_log_softmax, num_jac, set_items
+from vmap_oracle import np_batch, np_softmax_axis, np_log_softmax, num_jac, set_items, np_scan
 
 MAX_NUMEL = 48   # of a per-example value
 
@@ -46,6 +49,8 @@ class Prog:
 
   @property
   def n_in(self) -> int: return len(self.shapes)
+  @property
+  def has_scan(self) -> bool: return any(op[0] == "scan" for op in self.ops)
 
   def input_shapes(self) -> list[tuple[int, ...]]:
     """the shapes of the inputs the outermost vmap gets: the per-example shapes with a batch axis inserted per level where mapped"""
@@ -67,6 +72,7 @@ class Prog:
     names = [f"x{i}" for i in range(self.n_in)] + [f"v{self.n_in+j}" for j in range(len(self.ops))]
     lines = [f"def {'f' if lib == 'tg' else 'nf'}({', '.join(names[:self.n_in])}):"]
     for j, op in enumerate(self.ops):
+      if op[0] == "scan": lines += ["  " + l for l in scan_body_source(op, self.n_in+j, lib, self.dtype, traced)]
       e = op_expr(op, [names[a] for a in op[1]], lib, self.n_in+j, self.dtype, traced, self.devices)
       lines.append(f"  {names[self.n_in+j]} = {'_v(' + e + ')' if traced else e}")
     outs = [names[o] for o in self.outs]
@@ -106,8 +112,8 @@ class Prog:
     g, ng = self.call_source()
     args = ", ".join(f"x{i}" for i in range(self.n_in))
     tol = "atol=1e-6, rtol=1e-6" if self.dtype == "float64" else "atol=1e-3, rtol=1e-3"
-    return "\n".join(["import numpy as np", "from tinygrad import Tensor, dtypes, vmap, jacfwd, jacrev",
-      "from vmap_oracle import np_batch, np_softmax_axis, np_log_softmax, num_jac, set_items",
+    return "\n".join(["import numpy as np", "from tinygrad import Tensor, dtypes, vmap, jacfwd, jacrev" + (", scan" if self.has_scan else ""),
+      "from vmap_oracle import np_batch, np_softmax_axis, np_log_softmax, num_jac, set_items" + (", np_scan" if self.has_scan else ""),
       f"{args}, = [np.random.default_rng({self.seed}).standard_normal(s) for s in {self.input_shapes()!r}]"
       if self.dtype == "float64" else f"{args}, = [np.random.default_rng({self.seed}).standard_normal(s).astype(np.float32) for s in "
       f"{self.input_shapes()!r}]", self.weights_source(), self.fn_source("tg"), self.fn_source("np"),
@@ -180,10 +186,31 @@ def op_expr(op:tuple, a:list[str], lib:str, vid:int, dtype:str, traced:bool, dev
   if name == "cumsum": return f"{a[0]}.cumsum({p[0]})" if tg else f"np.cumsum({a[0]}, axis={p[0]})"
   if name == "contiguous": return f"{a[0]}.contiguous()" if tg else a[0]
   if name == "iota": return f"({a[0]} * (Tensor.arange({p[0]}, dtype={F})+1))" if tg else f"({a[0]} * (np.arange({p[0]})+1))"
+  if name == "scan":   # scan(body, a[0], xs): xs is a[1] at every step, scaled by a constant that differs per step
+    length, reverse, which, nx = p[:4]
+    coef = f"(Tensor.arange({length}, dtype={F})*0.37+0.5).sin()" if tg else f"np.sin(np.arange({length})*0.37+0.5)"
+    xs = f"{a[1]}.unsqueeze(0)" if tg else f"np.expand_dims({a[1]}, 0)"
+    call = f"{'scan' if tg else 'np_scan'}(b{vid}, {a[0]}, {xs}*{coef}.reshape({(length,) + (1,)*nx!r}), {'reverse=' if tg else ''}{reverse})"
+    if which == "carry": return f"{call}[0]"
+    if which == "ys": return f"{call}[1]"
+    return f"(lambda r: r[1] + {'r[0].unsqueeze(0)' if tg else 'np.expand_dims(r[0], 0)'})({call})"
   if name == "setitem":   # a clone with an int or a slice of one axis set to a scalar computed from another value (JAX's .at[].set)
     axis, lo, hi = p
     return f"set_items({a[0]}, ({'slice(None), '*axis}{lo if hi is None else f'slice({lo}, {hi})'},), {a[1]}.sum())"
   raise ValueError(f"unknown op {op}")
+
+def scan_body_source(op:tuple, vid:int, lib:str, dtype:str, traced:bool) -> list[str]:
+  """the def of a scan node's body b{vid}(c, x): its ops over the values c, x, u2, u3, ..., then (the new carry: a value squashed into
+  [-1, 1] so long recursions stay finite, broadcast to the carry's shape, y)"""
+  _, _, _, _, body, carry_v, squash, y_v, sc = op[2]
+  names = ["c", "x"] + [f"u{2+k}" for k in range(len(body))]
+  lines = [f"def b{vid}(c, x):"]
+  for k, bop in enumerate(body):
+    e = op_expr(bop, [names[a] for a in bop[1]], lib, -1, dtype, traced)
+    lines.append(f"  {names[2+k]} = {'_v(' + e + ')' if traced else e}")
+  c = op_expr(("unary", (), (squash,)), [names[carry_v]], lib, -1, dtype, traced)
+  lines.append(f"  return {f'{c}.expand({sc!r})' if lib == 'tg' else f'np.broadcast_to({c}, {sc!r})'}, {names[y_v]}")
+  return lines
 
 # *** the checks of the traced numpy code: skip examples where a discrete op sits within rounding of its decision boundary ***
 
@@ -255,9 +282,10 @@ def bcast(*shapes):
 
 def numpy_value(op:tuple, vals:list[np.ndarray], prog_seed:int, vid:int) -> np.ndarray:
   """the value of one op on per-example numpy values (draws check their ops with this: a shape, or an exception for an invalid op)"""
-  ns = {"np": np, "np_softmax_axis": np_softmax_axis, "np_log_softmax": np_log_softmax, "set_items": set_items,
+  ns = {"np": np, "np_softmax_axis": np_softmax_axis, "np_log_softmax": np_log_softmax, "set_items": set_items, "np_scan": np_scan,
         f"w{vid}": np.random.default_rng(1000*prog_seed+vid).standard_normal(op[2][2]) if op[0] == "matmul" else None}
   ns.update({f"a{i}": vals[a] for i, a in enumerate(op[1])})
+  if op[0] == "scan": exec("\n".join(scan_body_source(op, vid, "np", "float64", False)), ns)
   return np.asarray(eval(op_expr(op, [f"a{i}" for i in range(len(op[1]))], "np", vid, "float64", False), ns))
 
 def draw_axis(d, ndim:int, extra:int=0) -> int:
@@ -275,6 +303,7 @@ def draw_op(d, name:str, shapes:list[tuple], mode:str, used:set[int]):
     ret = d.pick(fresh if fresh and d.coin(0.7) else cands) if cands else None
     if ret is not None: used.add(ret)
     return ret
+  if name == "scan": return draw_scan(d, shapes, mode, pick_val)
   x = pick_val(lambda s: len(s) >= 1) if name not in ("unary", "binary", "where", "lerp", "cast", "reduce", "reshape", "expand",
                                                       "stack", "contiguous", "gather") else pick_val()
   if x is None: return None
@@ -355,6 +384,38 @@ def draw_op(d, name:str, shapes:list[tuple], mode:str, used:set[int]):
     return (x, pick_val()), (axis, lo, d.int(lo+1, s[axis]))
   raise ValueError(name)
 
+BODY_OPS = ["unary", "unary", "binary", "binary", "where", "lerp", "reduce"]   # elementwise and small reduces (keepdim)
+
+def draw_scan(d, shapes:list[tuple], mode:str, pick_val):
+  """a scan node: a carry (a value), xs (a value that broadcasts to the carry's shape, scaled per step), a random length and direction,
+  and a body of 1 to 4 ops over the carry c and x that keeps the carry's shape and dtype (elementwise ops and keepdim reduces of values
+  that broadcast to the carry's shape broadcast to it too). params: (length, reverse, which of carry / ys / ys + carry is the value, x's
+  ndim, body ops, the body value that is the new carry (squashed), squash, the body value that is y, the carry's shape)"""
+  if (c:=pick_val(lambda s: math.prod(s) <= 12)) is None: return None
+  sc = shapes[c]
+  x = pick_val(lambda t: bcast(sc, t) == sc)
+  rng = np.random.default_rng(0)
+  bvals, body, used = [rng.standard_normal(sc), rng.standard_normal(shapes[x])], [], set()
+  for _ in range(d.int(1, 4)):
+    for _ in range(10):
+      name = d.pick(BODY_OPS)
+      drawn = draw_op(d, name, [v.shape for v in bvals], mode, tried:=set(used))
+      if drawn is None or any(a is None for a in drawn[0]): continue
+      op = (name, drawn[0], drawn[1][:2] + (True,) if name == "reduce" else drawn[1])
+      try: val = numpy_value(op, bvals, 0, 0)
+      except (ValueError, IndexError): continue
+      if bcast(val.shape, sc) != sc: continue
+      body.append(op)
+      bvals.append(val)
+      used = tried
+      break
+  nb = len(bvals)
+  carry_v = nb-1 if d.coin(0.6) else d.int(0, nb-1)
+  y_v, which = d.int(0, nb-1), d.pick(["carry", "ys", "both"])
+  per_step = 1 if which == "carry" else math.prod(bvals[y_v].shape) if which == "ys" else math.prod(sc)
+  length = d.int(1, max(1, min(12, MAX_NUMEL // per_step)))
+  return (c, x), (length, d.coin(), which, len(shapes[x]), tuple(body), carry_v, d.pick(["tanh", "sin", "sigmoid"]), y_v, sc)
+
 def prime_factors(n:int) -> list[int]:
   ret, f = [], 2
   while n > 1:
@@ -362,10 +423,11 @@ def prime_factors(n:int) -> list[int]:
     f += 1
   return ret
 
-def draw_prog(d, mode:str="f64", max_ops:int=8) -> Prog:
+def draw_prog(d, mode:str="f64", max_ops:int=8, scan:bool=False) -> Prog:
   """a random program. mode: "f64", "f32" (no discrete ops), "jac" (differentiable ops, one output, jacfwd inside or outside the vmaps) or
-  "rev" (the same with jacrev)"""
-  if mode == "rev": return replace(draw_prog(d, "jac", max_ops), jac_fn="jacrev")
+  "rev" (the same with jacrev). scan: a program with at least one scan node (its first op, when one applies), and maybe no vmap at all
+  (the fused one-kernel scan runs only outside vmap scopes and jvp tracing)"""
+  if mode == "rev": return replace(draw_prog(d, "jac", max_ops, scan), jac_fn="jacrev")
   n_in = d.int(1, 2 if mode == "jac" else 3)
   base = tuple(d.int(1, 4) for _ in range(d.int(0, 3)))
   shapes = []
@@ -382,9 +444,9 @@ def draw_prog(d, mode:str="f64", max_ops:int=8) -> Prog:
   ops: list[tuple] = []
   used: set[int] = set()
   allowed = [o for o in OPS if not (mode == "f32" and o in DISCRETE) and not (mode == "jac" and o in NOT_SMOOTH)]
-  for _ in range(d.int(2, max_ops)):
+  for k in range(d.int(2, max_ops)):
     for _ in range(20):
-      name = d.pick(allowed)
+      name = "scan" if scan and (k == 0 or d.coin(0.15)) else d.pick(allowed)
       drawn = draw_op(d, name, [v.shape for v in vals], mode, tried:=set(used))
       if drawn is None or any(a is None for a in drawn[0]): continue
       op = (name, *drawn)
@@ -398,7 +460,7 @@ def draw_prog(d, mode:str="f64", max_ops:int=8) -> Prog:
       break
   outs = (len(vals)-1,) if mode == "jac" or len(vals) < 2 or d.coin(0.7) else (len(vals)-1, d.int(0, len(vals)-2))
   # the vmaps, drawn from the innermost out: in_axes against the shapes each level sees
-  depth = d.int(0 if mode == "jac" else 1, 2 if mode == "jac" else 3)
+  depth = d.int(0 if mode == "jac" or scan else 1, 2 if mode == "jac" else 3)
   jac = None if mode != "jac" else d.pick(["inside", "outside"])
   cur = [list(s) for s in shapes]
   out_cur = [list(vals[o].shape) + (list(shapes[0]) if jac == "inside" else []) for o in outs]
@@ -428,7 +490,7 @@ class Skip(Exception): pass
 
 def np_namespace() -> dict:
   return {"np": np, "np_batch": np_batch, "np_softmax_axis": np_softmax_axis, "np_log_softmax": np_log_softmax, "num_jac": num_jac,
-          "set_items": set_items,
+          "set_items": set_items, "np_scan": np_scan,
           "_v": _v, "_fi": _fi, "_f0": _f0, "_fd": _fd, "_fh": _fh, "_ff": _ff, "_ft": _ft}
 
 def run_numpy(prog:Prog) -> tuple:
@@ -444,7 +506,7 @@ def run_numpy(prog:Prog) -> tuple:
 
 def run_tinygrad(prog:Prog) -> tuple:
   ns = {"Tensor": Tensor, "dtypes": dtypes, "vmap": vmap, "jacfwd": jacfwd, "jacrev": jacrev, "np": np, "set_items": set_items,
-        **{f"x{i}": x for i, x in enumerate(prog.inputs())}}
+        **({"scan": scan} if prog.has_scan else {}), **{f"x{i}": x for i, x in enumerate(prog.inputs())}}
   for j, (name, _, params) in enumerate(prog.ops):
     if name == "matmul": ns[f"tw{prog.n_in+j}"] = eval(prog.tensor_source("w"), ns | {"w": prog.weight(prog.n_in+j, params[2])})
   exec(prog.fn_source("tg"), ns)
@@ -495,7 +557,8 @@ def fuzz_settings(n:int): return settings(max_examples=EXAMPLES or n, deadline=N
   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
 
 @st.composite
-def progs(draw, mode): return draw_prog(HypDraw(draw), mode)
+def progs(draw, mode, scan=False): return draw_prog(HypDraw(draw), mode, scan=scan)
+NO_SCAN = "scan is the 0.14.0 line's (tinygrad/scan.py); the frozen 0.12.0 line has none"
 
 # *** vmap over a batch sharded on several devices ***
 
@@ -513,8 +576,8 @@ def shard_variant(prog:Prog, devices:tuple=DEVICES) -> Prog|None:
   return replace(prog, levels=((size,) + prog.levels[0][1:3] + (None,),) + tuple(l[:3] + (None,) for l in prog.levels[1:]), devices=devices)
 
 @st.composite
-def sharded_progs(draw, mode):
-  assume((prog:=shard_variant(draw_prog(HypDraw(draw), mode))) is not None)
+def sharded_progs(draw, mode, scan=False):
+  assume((prog:=shard_variant(draw_prog(HypDraw(draw), mode, scan=scan))) is not None)
   return prog
 
 def sharded_limit(e:Exception) -> bool: return isinstance(e, NotImplementedError) and any(m in str(e) for m in SHARDED_LIMITS)
@@ -554,6 +617,22 @@ class TestVmapFuzz(unittest.TestCase):
   @given(progs("rev"))
   def test_jacrev(self, prog): hyp_check(prog)
 
+  # programs with a scan node: a random body over the carry and x, through vmap, jacfwd and jacrev (and with no vmap: the fused kernel)
+  @unittest.skipIf(LINE_012, NO_SCAN)
+  @fuzz_settings(4)
+  @given(progs("f64", scan=True))
+  def test_scan_float64(self, prog): hyp_check(prog)
+
+  @unittest.skipIf(LINE_012, NO_SCAN)
+  @fuzz_settings(2)
+  @given(progs("jac", scan=True))
+  def test_scan_jacfwd(self, prog): hyp_check(prog)
+
+  @unittest.skipIf(LINE_012, NO_SCAN)
+  @fuzz_settings(3)
+  @given(progs("rev", scan=True))
+  def test_scan_jacrev(self, prog): hyp_check(prog)
+
 class TestVmapFuzzSharded(unittest.TestCase):
   """the same programs with the outermost batch sharded on two CPU devices, against the same numpy oracle"""
   def check(self, prog):
@@ -573,6 +652,11 @@ class TestVmapFuzzSharded(unittest.TestCase):
   @fuzz_settings(10)
   @given(sharded_progs("rev"))
   def test_jacrev(self, prog): self.check(prog)   # per-example gradients, the batch on several devices
+
+  @unittest.skipIf(LINE_012, NO_SCAN)
+  @fuzz_settings(2)
+  @given(sharded_progs("f64", scan=True))
+  def test_scan_float64(self, prog): self.check(prog)
 
 class within:
   """fail with TimeoutError after `seconds` instead of hanging (the scheduler hangs on some of the cases below)"""
@@ -758,7 +842,17 @@ def shrink_candidates(prog:Prog):
     for a in set(op[1]):
       ops = tuple((o[0], tuple(a if x == n+j else x for x in o[1]), o[2]) for o in prog.ops)
       yield dce(replace(prog, ops=ops, outs=tuple(a if o == n+j else o for o in prog.outs)))
-  if len(prog.levels) > (0 if prog.jac == "inside" else 1): yield replace(prog, levels=prog.levels[1:])
+  for j, op in enumerate(prog.ops):       # a shorter scan, a scan body without one of its ops (its readers read its first operand)
+    if op[0] != "scan": continue
+    def with_p(p): return replace(prog, ops=prog.ops[:j] + ((op[0], op[1], p),) + prog.ops[j+1:])
+    length, body, carry_v, y_v = op[2][0], op[2][4], op[2][5], op[2][7]
+    if length > 1: yield with_p((1,) + op[2][1:])
+    if length > 2: yield with_p((length-1,) + op[2][1:])
+    for k, bop in enumerate(body):
+      ren = lambda v: bop[1][0] if v == 2+k else v - (v > 2+k)
+      nbody = tuple((o[0], tuple(map(ren, o[1])), o[2]) for o in body[:k] + body[k+1:])
+      yield with_p(op[2][:4] + (nbody, ren(carry_v), op[2][6], ren(y_v)) + op[2][8:])
+  if len(prog.levels) > (0 if prog.jac == "inside" or prog.has_scan else 1): yield replace(prog, levels=prog.levels[1:])
   for i, (s, ia, oa, c) in enumerate(prog.levels):
     def lv(**kw): return replace(prog, levels=prog.levels[:i] + ((kw.get("s", s), kw.get("ia", ia), kw.get("oa", oa), kw.get("c", c)),)
                                  + prog.levels[i+1:])
@@ -801,7 +895,7 @@ def shrink(prog:Prog, kind:str, budget:float=120.0) -> Prog:
         break
   return prog
 
-def campaign(n:int, seed:int, out:str, sharded:bool=False):
+def campaign(n:int, seed:int, out:str, sharded:bool=False, scan:bool=False):
   """every program counted: run and passed, skipped (by reason: the numpy interpreter refuses it, no sharded variant, a documented limit of
   sharded batches), failed (and of those, how many fail without vmap too: the fork's plain path)"""
   modes = ["f64", "f64", "f64", "f32", "jac", "rev"]
@@ -809,7 +903,7 @@ def campaign(n:int, seed:int, out:str, sharded:bool=False):
   with open(out, "a") as f:
     for i in range(n):
       mode = modes[i % len(modes)]
-      prog = draw_prog(RandDraw(seed*10**7 + i), mode)
+      prog = draw_prog(RandDraw(seed*10**7 + i), mode, scan=scan)
       try:
         if sharded and (prog:=shard_variant(prog)) is None: raise Skip("no sharded variant (see shard_variant)")
         check_prog(prog)
@@ -837,5 +931,6 @@ def campaign(n:int, seed:int, out:str, sharded:bool=False):
 
 if __name__ == "__main__":
   if (n:=int(os.getenv("FUZZ_CAMPAIGN", "0"))):
-    campaign(n, int(os.getenv("FUZZ_SEED", "0")), os.getenv("FUZZ_OUT", "/tmp/vmap_fuzz.jsonl"), sharded=bool(int(os.getenv("FUZZ_SHARDED", "0"))))
+    campaign(n, int(os.getenv("FUZZ_SEED", "0")), os.getenv("FUZZ_OUT", "/tmp/vmap_fuzz.jsonl"), sharded=bool(int(os.getenv("FUZZ_SHARDED", "0"))),
+             scan=bool(int(os.getenv("FUZZ_SCAN", "0"))))
   else: unittest.main()

@@ -170,6 +170,12 @@ def set_items(x, idx, v):
   y[idx] = v
   return y
 
+def np_scan(f, init, xs, reverse=False):
+  """the oracle of scan(f, init, xs, reverse=reverse) on arrays: a Python loop, ys stacked in xs's order"""
+  carry, ys = init, [None]*len(xs)
+  for t in (reversed(range(len(xs))) if reverse else range(len(xs))): carry, ys[t] = f(carry, xs[t])
+  return carry, np.stack(ys)
+
 def np_softmax_axis(x:np.ndarray, axis:int) -> np.ndarray:
   e = np.exp(x - x.max(axis, keepdims=True))
   return e / e.sum(axis, keepdims=True)
