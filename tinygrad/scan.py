@@ -5,10 +5,10 @@ in xs and returns the last carry and the ys stacked on a new axis 0.
 `scan` checks and flattens (pytrees -> lists of leaves, tinygrad/pytree.py) and hands one lowering a `step` that works on leaf lists:
 `lowering(step, init_leaves, xs_leaves, length, reverse) -> (carry_leaves, ys_leaves)`. The lowering here, `_unrolled`, traces f once
 per step into one Tensor graph, so vmap, jvp, the Jacobians, gradients, TinyJit and sharding compose with it as with any graph; a
-fused lowering (one kernel with a LOOP range, tinygrad/scan_kernel.py) is asked first when it exists, and returns None when it can't.
+fused lowering (one kernel with a LOOP range, tinygrad/scan_kernel.py) is asked first, and returns None when it can't.
 """
 from __future__ import annotations
-import functools, importlib.util
+import functools
 from typing import Any, Callable
 from tinygrad.tensor import Tensor
 from tinygrad.dtype import DType, dtypes, least_upper_dtype
@@ -17,15 +17,14 @@ from tinygrad.uop.ops import UOp
 from tinygrad.pytree import tree_map, tree_structure, same_structure
 from tinygrad.transform_state import TRANSFORMS, KEPT, on_device
 from tinygrad.batching import open_vmap_ranges
+from tinygrad.scan_kernel import scan_kernel as _fused
 from tinygrad.vmap import _from_numpy, vmap
 
-# the fused lowering, where it exists: same arguments as _unrolled, None when it can't fuse this scan
-_fused = importlib.import_module("tinygrad.scan_kernel").scan_kernel if importlib.util.find_spec("tinygrad.scan_kernel") else None
 
 def _fusable(leaves:list[Tensor]) -> bool:
   """whether the fused kernel may run this scan: not on a value jvp or a Jacobian traces (they must see the steps' ops); a gradient
   through the kernel is the unrolled graph's, recomputed. In a vmap scope only the batched kernel may run (_scope_range)"""
-  return _fused is not None and not any(TRANSFORMS.traced(t.uop) for t in leaves)
+  return not any(TRANSFORMS.traced(t.uop) for t in leaves)
 
 def _scope_range(leaves:list[Tensor]) -> UOp|None:
   """the RANGE of the one vmap scope the leaves are in: the fused kernel runs their batch (None: no scope, or nested scopes, whose
