@@ -296,5 +296,74 @@ class TestScanInVmap(VmapTestCase):
     def np_loss(s, u): return (np_rollout(s, u)[:, :2] ** 2).sum()
     self.assert_close(gs.numpy(), np.stack([num_jac(lambda s: np_loss(s, u))(s) for s, u in zip(s0, us)]), atol=1e-7, rtol=1e-6)
 
+def realized(*arrays): return [Tensor(a).realize() for a in arrays]
+
+def kernels_to_realize(fn, *args):
+  """the kernels that realizing fn(*args) runs (args realized first), and its results as numpy"""
+  before = GlobalCounters.kernel_count
+  outs = fn(*args)
+  Tensor.realize(*outs)
+  return GlobalCounters.kernel_count - before, [o.numpy() for o in outs]
+
+def np_jvp_rollout(s0, us, ds, dus):
+  """the oracle's tangent of the rollout along (ds, dus): float64 central differences of both arguments"""
+  return num_jac(np_rollout)(s0, us) @ ds + np.tensordot(num_jac(lambda u, s: np_rollout(s, u))(us, s0), dus, axes=2)
+
+class TestScanTangents(VmapTestCase):
+  """forward mode through the fused kernel: the tangent carry in a loop of its own beside the carry, so kernels don't grow with length"""
+  def test_jvp_kernels_independent_of_length(self):
+    counts = set()
+    for T in (10, 60):
+      with self.subTest(T=T):
+        s0, us, ds, dus = rand(4), controls(T, 2), rand(4), rand(T, 2)
+        def f(S, U, dS, dU): return jvp(lambda s, u: scan(bicycle, s, u)[1], (S, U), (dS, dU))
+        kernels, (ys, dys) = kernels_to_realize(f, *realized(s0, us, ds, dus))
+        counts.add(kernels)
+        self.assert_close(ys, np_rollout(s0, us))
+        self.assert_close(dys, np_jvp_rollout(s0, us, ds, dus), atol=1e-7, rtol=1e-6)
+    self.assertEqual(len(counts), 1, counts)
+
+  def test_jacfwd_kernels_independent_of_length(self):
+    counts = set()
+    for T in (10, 60):
+      with self.subTest(T=T):
+        s0, us = rand(4), controls(T, 2)
+        kernels, (jac,) = kernels_to_realize(lambda S, U: (jacfwd(lambda s: scan(bicycle, s, U)[1])(S),), *realized(s0, us))
+        counts.add(kernels)
+        self.assert_close(jac, num_jac(np_rollout)(s0, us), atol=1e-7, rtol=1e-6)
+    self.assertEqual(len(counts), 1, counts)
+
+  def test_jvp_per_example_in_vmap(self):
+    # the primal and the tangent both per example: the batched kernel's tangent is the batched scan of the step's jvp
+    counts = set()
+    for T in (8, 40):
+      with self.subTest(T=T):
+        s0, us, ds = rand(5, 4), controls(5, T, 2), rand(5, 4)
+        def f(S, U, dS): return (vmap(lambda s, u, d: jvp(lambda s: scan(bicycle, s, u)[1], (s,), (d,))[1])(S, U, dS),)
+        kernels, (dys,) = kernels_to_realize(f, *realized(s0, us, ds))
+        counts.add(kernels)
+        self.assert_close(dys, np.stack([num_jac(np_rollout)(s, u) @ d for s, u, d in zip(s0, us, ds)]), atol=1e-7, rtol=1e-6)
+    self.assertEqual(len(counts), 1, counts)
+
+  def test_jvp_of_vmapped_scan(self):
+    s0, us, ds = rand(3, 4), controls(3, 9, 2), rand(3, 4)
+    _, dys = jvp(lambda s: vmap(lambda s, u: scan(bicycle, s, u)[1])(s, Tensor(us)), (Tensor(s0),), (Tensor(ds),))
+    self.assert_close(dys.numpy(), np.stack([num_jac(np_rollout)(s, u) @ d for s, u, d in zip(s0, us, ds)]), atol=1e-7, rtol=1e-6)
+
+  def test_jvp_of_reverse_scan_with_ys(self):
+    xs, c0, dxs, dc = rand(7, 3), rand(3), rand(7, 3), rand(3)
+    def f(c, x): return c * x.sin() + (c * 0.5).cos(), (c * x).sum()
+    def np_f(c, x): return c * np.sin(x) + np.cos(c * 0.5), (c * x).sum()
+    def np_run(c, x): return np.concatenate([a.reshape(-1) for a in np_scan(np_f, c, x, reverse=True)])
+    (_, _), (tc, tys) = jvp(lambda c, x: scan(f, c, x, reverse=True), (Tensor(c0), Tensor(xs)), (Tensor(dc), Tensor(dxs)))
+    want = num_jac(np_run)(c0, xs) @ dc + np.tensordot(num_jac(lambda x, c: np_run(c, x))(xs, c0), dxs, axes=2)
+    self.assert_close(np.concatenate([tc.numpy(), tys.numpy()]), want, atol=1e-7, rtol=1e-6)
+
+  def test_vmap_of_scan_over_a_batch_of_constants(self):
+    # a batch with no device (an eye: constants on 0.14) is read from a buffer, not taken as the first example's constant
+    us = controls(6, 2)
+    _, ys = vmap(lambda s: scan(bicycle, s, Tensor(us)))(Tensor.eye(4, dtype="float64"))
+    self.assert_close(ys.numpy(), np.stack([np_rollout(e, us) for e in np.eye(4)]))
+
 if __name__ == "__main__":
   unittest.main()

@@ -89,7 +89,11 @@ def _stack_jvp(ctx, ret): return UOp(ret.op, ret.dtype, tuple(_instantiate_zeros
 def _allreduce_jvp(ctx, ret): return _linear_jvp(ctx, ret) if ret.arg[0] is Ops.ADD else _no_tangent(ret.op, f"allreduce {ret.arg[0]}")
 # 0.14's assign (clone, `+=` on a Tensor made in fn) is AFTER(target, STORE(target, value)): the value's tangent overwrites the target's
 def _store_jvp(ctx, ret): return ctx[1]
-def _after_jvp(ctx, ret): return ctx[1] if len(ret.src) == 2 and ret.src[1].op is Ops.STORE else ctx[0]
+def _after_jvp(ctx, ret): return ctx[1] if len(ret.src) == 2 and ret.src[1].op in (Ops.STORE, Ops.CALL) else ctx[0]
+# a custom kernel (AFTER(output buffer, CALL)) is differentiable when whoever made it left a rule for its CALL (scan's one kernel)
+def _call_jvp(ctx, ret):
+  if (rule:=TRANSFORMS.call_tangents.get(ret)) is None: _no_tangent(ret.op, "a kernel call that left no tangent rule")
+  return rule(ctx, ret)
 # an assign is its value (clone, `+=` on a Tensor made in fn): the target's old tangent is overwritten with the value's
 def _assign_jvp(ctx, ret): return ctx[1]
 def _multi_jvp(ctx, ret): return UOp(Ops.MULTI, ret.dtype, tuple(_instantiate_zeros(t, s) for t,s in zip(ctx, ret.src)), ret.arg)
@@ -111,7 +115,7 @@ primitive_jvps: dict[Ops, Callable[[tuple[UOp|None, ...], UOp], UOp|None]] = {
   **{op: rule for names, rule in ((("REDUCE_AXIS",), _reduce_axis_jvp), (("ASSIGN",), _assign_jvp), (("MULTI",), _multi_jvp),
                                   (("STACK", "MSTACK"), _stack_jvp), (("UNSHARD", "MSELECT"), _linear_jvp), (("ALLREDUCE",), _allreduce_jvp))
                             for op in _ops(*names)},
-  **({Ops.STORE: _store_jvp, Ops.AFTER: _after_jvp} if not LINE_012 else {}),
+  **({Ops.STORE: _store_jvp, Ops.AFTER: _after_jvp, Ops.CALL: _call_jvp} if not LINE_012 else {}),
 }
 
 def tangent_of(u:UOp, src_tangents:tuple[UOp|None, ...]) -> UOp|None:
@@ -133,10 +137,17 @@ def jvp_uops(outputs:list[UOp], inputs:list[UOp], tangents:list[UOp|None]) -> li
   for x,t in zip(inputs, tangents):
     if t is not None: seeds[x] = seeds[x] + t if x in seeds else t
   tangent: dict[UOp, UOp|None] = dict(seeds)
-  # forward in topological order: a node has a tangent when one of its srcs has one, the rest of the graph is skipped
-  for u in UOp.sink(*outputs).toposort(lambda u: u not in seeds):
-    src_tangents = tuple(tangent.get(s) for s in u.src)
-    if u.op is not Ops.SINK and any(t is not None for t in src_tangents): tangent[u] = tangent_of(u, src_tangents)
+  memo: dict = {}
+  def walk(us:list[UOp]) -> list[UOp|None]:
+    # forward in topological order: a node has a tangent when one of its srcs has one, the rest of the graph is skipped. A value with a
+    # rule of its own (TRANSFORMS.value_tangents) is asked first: its graph need not reach the inputs (a batched kernel in a vmap scope)
+    for u in UOp.sink(*us).toposort(lambda u: u not in seeds):
+      if u in tangent: continue
+      if (rule:=TRANSFORMS.value_tangents.get(u)) is not None: tangent[u] = rule(walk, memo)
+      elif u.op is not Ops.SINK and (src_tangents:=tuple(tangent.get(s) for s in u.src)) != (None,)*len(u.src):
+        tangent[u] = tangent_of(u, src_tangents)
+    return [tangent.get(u) for u in us]
+  walk(outputs)
   return [o.const_like(0) if (t:=tangent.get(o)) is None else t for o in outputs]
 
 # *** Tensors ***

@@ -17,36 +17,42 @@ from tinygrad.uop.ops import UOp
 from tinygrad.pytree import tree_map, tree_structure, same_structure
 from tinygrad.transform_state import TRANSFORMS, KEPT, on_device
 from tinygrad.batching import open_vmap_ranges
-from tinygrad.scan_kernel import scan_kernel as _fused
+from tinygrad.scan_kernel import scan_kernel as _fused, scan_tangents
 from tinygrad.vmap import _from_numpy, vmap
 
-
-def _fusable(leaves:list[Tensor]) -> bool:
-  """whether the fused kernel may run this scan: not on a value jvp or a Jacobian traces (they must see the steps' ops); a gradient
-  through the kernel is the unrolled graph's, recomputed. In a vmap scope only the batched kernel may run (_scope_range)"""
-  return not any(TRANSFORMS.traced(t.uop) for t in leaves)
 
 def _scope_range(leaves:list[Tensor]) -> UOp|None:
   """the RANGE of the one vmap scope the leaves are in: the fused kernel runs their batch (None: no scope, or nested scopes, whose
   leaves keep the unrolled lowering)"""
   return rs.pop() if len(rs:={r for t in leaves for r in open_vmap_ranges(t.uop)}) == 1 else None
 
-def _batched_fused(body:_Body, init:list[Tensor], xs:list[Tensor], length:int, reverse:bool, r:UOp) -> tuple[list[Tensor], list[Tensor]]|None:
+def _batched_fused(step:Callable, init:list[Tensor], xs:list[Tensor], length:int, reverse:bool, r:UOp) -> tuple[list[Tensor], list[Tensor]]|None:
   """a scan in the vmap scope of RANGE r as ONE kernel over the scope's batch (parallel, the steps a loop in it): each leaf's batch
   (vmapout, the batch axis in front; a leaf from outside the scope broadcast to it) into the batched kernel, whose results enter the
   scope again, one example each (a VMAPIN of a batch is batched as that batch itself: the scope's VMAPOUT gives the kernel's output).
   A gradient inside the scope, which differentiates one example, gets the unrolled lowering in their place (TRANSFORMS.recompute)"""
   B = r.vmax + 1
   def batch(t:Tensor) -> Tensor: return t.vmapout((r,) + (KEPT,)*t.ndim) if r in t.uop.ranges else t.unsqueeze(0).expand(B, *t.shape)
-  def vmapped_unrolled(i:list[Tensor], x:list[Tensor]): return vmap(lambda i, x: _unrolled(body.step, i, x, length, reverse))(i, x)
-  if (fused:=_fused(body.step, [batch(t) for t in init], [batch(t) for t in xs], length, reverse, batch=B, backward=vmapped_unrolled)) is None:
+  def vmapped_unrolled(i:list[Tensor], x:list[Tensor]): return vmap(lambda i, x: _unrolled(step, i, x, length, reverse))(i, x)
+  def vmapped_lower(aug_step:Callable, i:list[Tensor], x:list[Tensor]): return vmap(lambda i, x: _lower(aug_step, i, x, length, reverse))(i, x)
+  if (fused:=_fused(step, [batch(t) for t in init], [batch(t) for t in xs], length, reverse, batch=B, backward=vmapped_unrolled,
+                    lower=vmapped_lower)) is None:
     return None
   carry, ys = [[t.vmapin((r,) + (KEPT,)*(t.ndim-1)) for t in ts] for ts in fused]
   unrolled: list = []
   def recompute(i:int) -> UOp:
-    if not unrolled: unrolled.extend(t.uop for ts in _unrolled(body.step, init, xs, length, reverse) for t in ts)
+    if not unrolled: unrolled.extend(t.uop for ts in _unrolled(step, init, xs, length, reverse) for t in ts)
     return unrolled[i]
   for i, t in enumerate(carry + ys): TRANSFORMS.recompute[t.uop] = functools.partial(recompute, i)
+  # forward mode in the scope (jvp, jacfwd of one example) can't follow the batched kernel back to this example's leaves: each result's
+  # tangent is the scan of the step's jvp over the leaves' tangents, one kernel over the batch again
+  if dtypes.is_float(init[0].dtype):
+    def tangents(walk:Callable, memo:dict) -> list:
+      if (key:=id(carry)) not in memo:
+        ts = walk([t.uop for t in init + xs])
+        memo[key] = scan_tangents(step, init, xs, ts[:len(init)], ts[len(init):], lambda s, i, x: _lower(s, i, x, length, reverse))
+      return memo[key]
+    for i, t in enumerate(carry + ys): TRANSFORMS.value_tangents[t.uop] = lambda walk, memo, i=i: None if (ts:=tangents(walk, memo)) is None else ts[i].uop
   return carry, ys
 
 def _leaves(tree, root:str) -> tuple[list[str], list]:
@@ -153,6 +159,17 @@ def _unrolled(step:Callable, init:list[Tensor], xs:list[Tensor], length:int, rev
 
 _depth = 0   # how many _unrolled scans are tracing, one inside the other's f
 
+def _lower(step:Callable, init:list[Tensor], xs:list[Tensor], length:int, reverse:bool) -> tuple[list[Tensor], list[Tensor]]:
+  """a scan of length >= 1 on leaf lists, as one kernel where it fuses: over the batch of the one vmap scope its leaves are in
+  (_batched_fused), or outside any scope (scan_kernel); else unrolled. Through the kernel a gradient is the unrolled graph's, recomputed,
+  and a tangent (jvp, jacfwd) the scan of the step's jvp, lowered here again"""
+  leaves = init + xs
+  if (r:=_scope_range(leaves)) is not None and (fused:=_batched_fused(step, init, xs, length, reverse, r)) is not None: return fused
+  if not any(open_vmap_ranges(t.uop) for t in leaves) and (fused:=_fused(step, init, xs, length, reverse,
+    backward=lambda i, x: _unrolled(step, i, x, length, reverse), lower=lambda s, i, x: _lower(s, i, x, length, reverse))) is not None:
+    return fused
+  return _unrolled(step, init, xs, length, reverse)
+
 def scan(f:Callable, init, xs=None, length:int|None=None, reverse:bool=False):
   """
   Loops `carry, y = f(carry, x)` over the leading axis of xs and returns `(carry, ys)`, the last carry and the ys stacked on a new axis 0,
@@ -177,11 +194,7 @@ def scan(f:Callable, init, xs=None, length:int|None=None, reverse:bool=False):
   x0 = [x[-1 if reverse else 0] if length else x.pad(((0, 1),) + (None,)*(x.ndim-1))[0] for x in xs_leaves]
   if any(t.dtype in dtypes.weaks for t in init_leaves): init_leaves = body.promote_weak(init_leaves, x0)
   if length == 0: carry, ys = init_leaves, [y.unsqueeze(0).shrink(((0, 0),) + (None,)*y.ndim) for y in body.step(init_leaves, x0)[1]]
-  elif _fusable(leaves:=init_leaves + xs_leaves) and (r:=_scope_range(leaves)) is not None and \
-    (fused:=_batched_fused(body, init_leaves, xs_leaves, length, reverse, r)) is not None: carry, ys = fused
-  elif _fusable(leaves) and not any(open_vmap_ranges(t.uop) for t in leaves) and (fused:=_fused(body.step, init_leaves, xs_leaves, length,
-    reverse, backward=lambda i, x: _unrolled(body.step, i, x, length, reverse))) is not None: carry, ys = fused
-  else: carry, ys = _unrolled(body.step, init_leaves, xs_leaves, length, reverse)
+  else: carry, ys = _lower(body.step, init_leaves, xs_leaves, length, reverse)
   # a carry of constants alone has no device on 0.14: on the inputs' device, as vmap puts a constant output
   device = next((t.device for t in init_leaves + xs_leaves if t.device is not None), Device.DEFAULT)
   return _unflatten(init, [on_device(t, device) for t in carry]), _unflatten(body.y_tree, [on_device(t, device) for t in ys])

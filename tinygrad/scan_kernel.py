@@ -11,6 +11,7 @@ from tinygrad.tensor import Tensor
 from tinygrad.uop.ops import UOp, Ops, GroupOp, KernelInfo, AxisType
 from tinygrad.dtype import AddrSpace, dtypes
 from tinygrad.helpers import DEBUG, GlobalCounters, getenv
+from tinygrad.transform_state import TRANSFORMS
 
 MAX_SCALARS = getenv("SCAN_KERNEL_MAX", 20000)   # scalar UOps a body may unroll to; more is a "large" body, left to the caller
 
@@ -71,30 +72,36 @@ def _flat(p:UOp, lead:int) -> UOp: return p.reshape(p.shape[:lead] + (math.prod(
 
 def scan_kernel(step:Callable[[list[Tensor], list[Tensor]], tuple[list[Tensor], list[Tensor]]], init_leaves:list[Tensor],
                 xs_leaves:list[Tensor], length:int, reverse:bool=False, batch:int|None=None,
-                backward:Callable[[list[Tensor], list[Tensor]], tuple[list[Tensor], list[Tensor]]]|None=None) -> tuple[list[Tensor], list[Tensor]]|None:
+                backward:Callable[[list[Tensor], list[Tensor]], tuple[list[Tensor], list[Tensor]]]|None=None,
+                lower:Callable[[Callable, list[Tensor], list[Tensor]], tuple[list[Tensor], list[Tensor]]]|None=None) -> tuple[list[Tensor], list[Tensor]]|None:
   """jax.lax.scan over flat leaves as one kernel, or None when the body cannot fuse. `step(carry_leaves, x_leaves) -> (carry_leaves,
   y_leaves)` works on one step's Tensors (x_leaves[i] has xs_leaves[i].shape[1:]); returns `(final_carry_leaves, ys_leaves)`, ys
   stacked on a new leading axis of size `length` (ys[t] belongs to xs[t], also when `reverse`). With `batch=B` every leaf has a leading
   batch axis of size B (init (B, ...), xs (B, length, ...)), `step` sees one example, and the results are (B, ...) and (B, length, ...):
   one kernel whose batch range is parallel (GLOBAL on a GPU). `backward(init_leaves, xs_leaves)` computes the same results as a graph
   that has a gradient (scan's unrolled lowering): a gradient through the kernel is that graph's, recomputed from the kernel's inputs.
-  Without it a gradient through the kernel raises."""
+  Without it a gradient through the kernel raises. `lower(step, init_leaves, xs_leaves)` runs another scan of the same length and
+  direction over leaves shaped as these (scan's dispatch): forward mode through the kernel (jvp, jacfwd) is the scan of the step and its
+  tangents, the tangent carry beside the carry in one loop (`_tangent_scan`). Without it a tangent through the kernel raises."""
   # the body is evaluated in numpy object arrays of scalar UOps: no numpy, no fused kernel (tinygrad itself needs none)
   if importlib.util.find_spec("numpy") is None: return None
-  try: return _scan_kernel(step, list(init_leaves), list(xs_leaves), length, reverse, batch, backward)
+  try: return _scan_kernel(step, list(init_leaves), list(xs_leaves), length, reverse, batch, backward, lower)
   except NoFuse as e:
     if DEBUG >= 2: print(f"scan_kernel: not one kernel, {e}")
     return None
 
-def _scan_kernel(step, init, xs, length, reverse, batch, backward):
+def _scan_kernel(step, init, xs, length, reverse, batch, backward, lower):
   lead = 0 if batch is None else 1
   # length 1: the LOOP range folds away and codegen's coalescing trips on what is left (one step is one kernel unrolled anyway)
   if not isinstance(length, int) or length < 2: raise NoFuse(f"length {length} is not an int of at least 2")
   if not init: raise NoFuse("no carry")
-  # a 0-d Tensor of a number is a CONST without a device: such an init is a constant of the kernel, not a buffer it reads
-  const = [t.device is None for t in init]
   if len(devs:={t.device for t in init+xs if t.device is not None}) != 1 or not isinstance(dev:=devs.pop(), str):
     raise NoFuse("leaves on several devices (or sharded)")
+  # a Tensor of constants has no device on 0.14: a number is a constant of the kernel, not a buffer it reads. Over a batch only one
+  # value for every example is (the kernel's constant is the first example's): a batch of constants (jacfwd's basis) is read as a buffer
+  const = [t.device is None and (batch is None or t.uop.base.op is Ops.CONST) for t in init]
+  init = [Tensor(t.uop.clone(device=dev)) if t.device is None and not k else t for t, k in zip(init, const)]
+  xs = [Tensor(t.uop.clone(device=dev)) if t.device is None else t for t in xs]
   if batch is not None and any(t.shape[0] != batch for t in init+xs): raise NoFuse(f"a leaf without the leading batch axis {batch}")
   if any(t.shape[lead] != length for t in xs): raise NoFuse(f"an xs leaf whose scanned axis is not {length}")
   c_shapes, x_shapes = [t.shape[lead:] for t in init], [t.shape[lead+1:] for t in xs]
@@ -158,6 +165,35 @@ def _scan_kernel(step, init, xs, length, reverse, batch, backward):
     return (None, *[d.uop for d in (packed * Tensor(g).detach()).sum().gradient(*ins_t)])   # g may read the kernel: not through it again
 
   res = out.custom_kernel(*[t.contiguous() for t in bufs+xs], fxn=kernel, grad_fxn=grad_fxn)[0]
+  if lower is not None and dtypes.is_float(init[0].dtype):
+    assert res.uop.op is Ops.AFTER and res.uop.src[1].op is Ops.CALL, f"a custom kernel's output is AFTER(buffer, CALL), got {res.uop.op}"
+    TRANSFORMS.call_tangents[res.uop.src[1]] = functools.partial(_tangent_scan, step, init, const, len(xs), lower)
   parts = [res[o:o+nb*n] for o, n in zip(offs, sizes)]
   return ([v.reshape(bs + s) for v, s in zip(parts[:len(c_shapes)], c_shapes)],
           [v.reshape(bs + (length,) + s) for v, s in zip(parts[len(c_shapes):], y_shapes)])
+
+def scan_tangents(step:Callable, init:list[Tensor], xs:list[Tensor], t_init:list[UOp|None], t_xs:list[UOp|None], lower:Callable) -> list[Tensor]|None:
+  """the tangents of a scan's final carry and ys leaves when its init and xs leaves move along t_init and t_xs (None: zero; None back
+  when nothing moves): the scan of (carry, its tangent) over (xs, the moving xs' tangents) whose step is `step` and its jvp, run by
+  `lower(step, init, xs)` (one kernel again where it fuses: the tangent carry in the same loop as the carry)"""
+  from tinygrad.jvp import jvp_tensors
+  moving = [i for i, t in enumerate(t_xs) if t is not None]
+  if all(t is None for t in t_init) and not moving: return None
+  nc, nx = len(init), len(xs)
+  def aug_step(carry:list[Tensor], x:list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+    c, dc, xp, dx = carry[:nc], carry[nc:], x[:nx], x[nx:]
+    c_out, y_out = step(c, xp)
+    ts = jvp_tensors(list(c_out) + list(y_out), c + [xp[i] for i in moving], dc + dx)
+    return list(c_out) + ts[:nc], ts[nc:]
+  dc0 = [p.zeros_like() if t is None else Tensor(t) for p, t in zip(init, t_init)]
+  carry, dys = lower(aug_step, list(init) + dc0, list(xs) + [Tensor(t_xs[i]) for i in moving])
+  return list(carry[nc:]) + list(dys)
+
+def _tangent_scan(step:Callable, init:list[Tensor], const:list[bool], n_xs:int, lower:Callable, ctx:tuple[UOp|None, ...], call:UOp) -> UOp|None:
+  """the tangent of a scan kernel's packed output from ctx, the tangents of its CALL's srcs (the output buffer, the init leaves that are
+  buffers, the xs leaves), packed as the kernel packs its output"""
+  ins, t_ins = [Tensor(u) for u in call.src[2:]], list(ctx[2:])
+  it, t_it = iter(ins[:len(ins)-n_xs]), iter(t_ins[:len(t_ins)-n_xs])
+  prim_init, t_init = zip(*[(c, None) if k else (next(it), next(t_it)) for c, k in zip(init, const)])
+  ts = scan_tangents(step, list(prim_init), ins[len(ins)-n_xs:], list(t_init), t_ins[len(t_ins)-n_xs:], lower)
+  return None if ts is None else Tensor.cat(*[v.reshape(-1) for v in ts]).uop

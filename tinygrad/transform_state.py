@@ -34,6 +34,12 @@ class TransformState:
   # a value in a vmap scope whose forward is a kernel no gradient can see through per example (scan's batched kernel) -> the function
   # that builds the same value as a graph that can: a gradient in the scope differentiates that one instead (tinygrad/mixin/gradient.py)
   recompute: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+  # a custom kernel's CALL that forward mode can see through (scan's kernel) -> its tangent rule: the tangents of the CALL's srcs (None:
+  # zero) -> the tangent of the kernel's output buffer, more graph (tinygrad/jvp.py's CALL rule asks here)
+  call_tangents: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+  # a value whose graph forward mode can't follow back to its inputs (scan's batched kernel, entered again in a vmap scope) -> its tangent
+  # rule `rule(tangents_of, memo)`: tangents_of(uops) the tangents of any values in the same pass, memo a dict for that pass
+  value_tangents: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
   range_ids: Iterator[int] = field(default_factory=lambda: itertools.count(-(1 << 20), -1))
 
   def fresh_range(self, size:sint, axis_type:AxisType=AxisType.LOOP) -> UOp: return UOp.range(size, next(self.range_ids), axis_type)
