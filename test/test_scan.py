@@ -365,5 +365,61 @@ class TestScanTangents(VmapTestCase):
     _, ys = vmap(lambda s: scan(bicycle, s, Tensor(us)))(Tensor.eye(4, dtype="float64"))
     self.assert_close(ys.numpy(), np.stack([np_rollout(e, us) for e in np.eye(4)]))
 
+def np_rnn(h, xs, W, b):
+  """the oracle of rnn_step over a sequence: the last state and each step's output"""
+  return np_scan(lambda h, x: (np.tanh(W @ h + x + b),)*2, h, xs)
+
+def rnn_step(W, b):
+  """an RNN step that closes over its parameters W and b (Tensors), as users write it in JAX"""
+  def step(h, x):
+    h = (W @ h + x + b).tanh()
+    return h, h
+  return step
+
+class TestScanClosures(VmapTestCase):
+  """a body that closes over Tensors (parameters): they are inputs of the one kernel, and differentiable through it"""
+  def setUp(self): self.W, self.b, self.h0, self.xs = rand(3, 3) * 0.5, rand(3), rand(3), rand(9, 3)
+  def num_jac_W(self, fn):
+    """float64 central differences of fn(W) (the last state or the outputs) in W"""
+    return num_jac(lambda w: fn(np_rnn(self.h0, self.xs, w, self.b)))(self.W)
+
+  def test_one_kernel(self):
+    W, b, h0, xs = realized(self.W, self.b, self.h0, self.xs)
+    kernels, (h, ys) = kernels_to_realize(lambda: scan(rnn_step(W, b), h0, xs))
+    self.assertEqual(kernels, 1)
+    want_h, want_ys = np_rnn(self.h0, self.xs, self.W, self.b)
+    self.assert_close(h, want_h)
+    self.assert_close(ys, want_ys)
+
+  def test_gradient_of_a_closed_over_parameter(self):
+    W, b = Tensor(self.W), Tensor(self.b)
+    gW, = (scan(rnn_step(W, b), Tensor(self.h0), Tensor(self.xs))[1] ** 2).sum().gradient(W)
+    self.assert_close(gW.numpy(), self.num_jac_W(lambda r: (r[1] ** 2).sum()), atol=1e-7, rtol=1e-6)
+
+  def test_jacobians_in_a_closed_over_parameter(self):
+    want = self.num_jac_W(lambda r: r[0])
+    for jac in (jacfwd, jacrev):
+      with self.subTest(jac=jac.__name__):
+        got = jac(lambda w: scan(rnn_step(w, Tensor(self.b)), Tensor(self.h0), Tensor(self.xs))[0])(Tensor(self.W))
+        self.assert_close(got.numpy(), want, atol=1e-7, rtol=1e-6)
+
+  def test_vmap_with_shared_parameters(self):
+    H0 = rand(4, 3)
+    hs = vmap(lambda h: scan(rnn_step(Tensor(self.W), Tensor(self.b)), h, Tensor(self.xs))[0])(Tensor(H0))
+    self.assert_close(hs.numpy(), np.stack([np_rnn(h, self.xs, self.W, self.b)[0] for h in H0]))
+
+  def test_vmap_over_the_parameters(self):
+    # a parameter of one example is closed over in the scope: not a kernel input for the batch (unrolled), still right
+    Ws = rand(2, 3, 3) * 0.5
+    hs = vmap(lambda w: scan(rnn_step(w, Tensor(self.b)), Tensor(self.h0), Tensor(self.xs))[0])(Tensor(Ws))
+    self.assert_close(hs.numpy(), np.stack([np_rnn(self.h0, self.xs, w, self.b)[0] for w in Ws]))
+
+  def test_jvp_in_a_closed_over_parameter_per_example(self):
+    H0, dWs = rand(4, 3), rand(4, 3, 3)
+    def per_example(h, d): return jvp(lambda w: scan(rnn_step(w, Tensor(self.b)), h, Tensor(self.xs))[0], (Tensor(self.W),), (d,))[1]
+    got = vmap(per_example)(Tensor(H0), Tensor(dWs)).numpy()
+    want = [np.tensordot(num_jac(lambda w: np_rnn(h, self.xs, w, self.b)[0])(self.W), d, axes=2) for h, d in zip(H0, dWs)]
+    self.assert_close(got, np.stack(want), atol=1e-7, rtol=1e-6)
+
 if __name__ == "__main__":
   unittest.main()

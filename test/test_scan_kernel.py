@@ -198,10 +198,10 @@ class TestNoFuse(unittest.TestCase):
     def step(c, x): return [c[0] + x[0].sum()], []
     self.assertIn("SCAN_KERNEL_MAX", self.none_and_reason(step, [np.zeros(())], [np.ones((3, 100_000))], 3))
 
-  def test_captured_tensor(self):
-    w = Tensor(np.arange(3.0)).realize()
-    def step(c, x): return [c[0] * w + x[0]], []
-    self.assertIn("did not get as a leaf", self.none_and_reason(step, [np.zeros(3)], [np.ones((4, 3))], 4))
+  def test_closes_over_a_large_value(self):
+    w = Tensor(np.arange(30_000.0)).realize()
+    def step(c, x): return [c[0] + (x[0].reshape(3, 1) * w.reshape(3, 10_000)).sum(1)], []
+    self.assertIn("closes over a value of 30000 elements", self.none_and_reason(step, [np.zeros(3)], [np.ones((4, 3))], 4))
 
   def test_carry_changes_shape(self):
     def step(c, x): return [c[0].sum()], []

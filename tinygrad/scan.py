@@ -35,8 +35,9 @@ def _batched_fused(step:Callable, init:list[Tensor], xs:list[Tensor], length:int
   def batch(t:Tensor) -> Tensor: return t.vmapout((r,) + (KEPT,)*t.ndim) if r in t.uop.ranges else t.unsqueeze(0).expand(B, *t.shape)
   def vmapped_unrolled(i:list[Tensor], x:list[Tensor]): return vmap(lambda i, x: _unrolled(step, i, x, length, reverse))(i, x)
   def vmapped_lower(aug_step:Callable, i:list[Tensor], x:list[Tensor]): return vmap(lambda i, x: _lower(aug_step, i, x, length, reverse))(i, x)
+  closed: list[UOp] = []   # what the step closes over: inputs of the kernel, whose tangents a jvp in the scope needs too
   if (fused:=_fused(step, [batch(t) for t in init], [batch(t) for t in xs], length, reverse, batch=B, backward=vmapped_unrolled,
-                    lower=vmapped_lower)) is None:
+                    lower=vmapped_lower, closed_out=closed)) is None:
     return None
   carry, ys = [[t.vmapin((r,) + (KEPT,)*(t.ndim-1)) for t in ts] for ts in fused]
   unrolled: list = []
@@ -49,8 +50,8 @@ def _batched_fused(step:Callable, init:list[Tensor], xs:list[Tensor], length:int
   if dtypes.is_float(init[0].dtype):
     def tangents(walk:Callable, memo:dict) -> list:
       if (key:=id(carry)) not in memo:
-        ts = walk([t.uop for t in init + xs])
-        memo[key] = scan_tangents(step, init, xs, ts[:len(init)], ts[len(init):], lambda s, i, x: _lower(s, i, x, length, reverse))
+        ts, ni, nx = walk([t.uop for t in init + xs] + closed), len(init), len(xs)
+        memo[key] = scan_tangents(step, init, xs, ts[:ni], ts[ni:ni+nx], lambda s, i, x: _lower(s, i, x, length, reverse), closed, ts[ni+nx:])
       return memo[key]
     for i, t in enumerate(carry + ys): TRANSFORMS.value_tangents[t.uop] = lambda walk, memo, i=i: None if (ts:=tangents(walk, memo)) is None else ts[i].uop
   return carry, ys

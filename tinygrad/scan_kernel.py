@@ -35,14 +35,14 @@ class _Scalarize:
     if (r:=self.memo.get(u)) is not None: return r
     if not all(isinstance(s, int) for s in u.shape): raise NoFuse(f"symbolic shape {u.shape} at {u.op}")
     self.memo[u] = r = self._eval(u)
-    if (n:=r.size) and (cnt:=self.count+n) > MAX_SCALARS: raise NoFuse(f"the body is over {MAX_SCALARS} scalars (SCAN_KERNEL_MAX)")
+    if (n:=r.size) and self.count+n > MAX_SCALARS: raise NoFuse(f"the body is over {MAX_SCALARS} scalars (SCAN_KERNEL_MAX)")
     self.count += n
     return r
   def _eval(self, u:UOp) -> np.ndarray:
     import numpy as np
     if u.op is Ops.CONST: return _objs((), lambda _: u if not u.src else UOp.const(u.val, u.dtype))
     if u.op in {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH}: return self(u.src[0])
-    if u.op is Ops.BUFFER: raise NoFuse("a buffer the step did not get as a leaf (a realize inside the step, or a captured Tensor)")
+    if u.op is Ops.BUFFER: raise NoFuse("a buffer the step did not get as a leaf")
     if u.op in GroupOp.ALU:
       return _map(lambda *a: UOp(u.op, u.dtype, a, u.arg), *[self(s) for s in u.src]).reshape(u.shape)
     if u.op in {Ops.CAST, Ops.BITCAST}:
@@ -68,12 +68,35 @@ class _Scalarize:
           return ret
     raise NoFuse(f"{u.op} is not fused into a scan kernel")
 
+def _closed_over(outs:list[UOp], placeholders:set[UOp], dev:str) -> list[UOp]:
+  """the values the step's graph reads that it did not get as leaves (what it closes over), each the largest such part of the graph:
+  inputs of the kernel. Constants (no device) stay in the body"""
+  from tinygrad.batching import open_vmap_ranges
+  dep: dict[UOp, bool] = {}
+  for u in UOp.sink(*outs).toposort(): dep[u] = u in placeholders or any(dep[s] for s in u.src)
+  closed: list[UOp] = []
+  seen: set[UOp] = set()
+  def visit(u:UOp):
+    if u in seen or u in placeholders: return
+    seen.add(u)
+    if dep[u]:
+      for s in u.src: visit(s)
+    elif u.device is not None: closed.append(u)
+  for o in outs: visit(o)
+  for u in closed:
+    if u.device != dev: raise NoFuse(f"the step closes over a value on {u.device}, the leaves are on {dev}")
+    if not all(isinstance(s, int) for s in u.shape): raise NoFuse(f"the step closes over a value of symbolic shape {u.shape}")
+    if u.numel() > MAX_SCALARS: raise NoFuse(f"the step closes over a value of {u.numel()} elements (SCAN_KERNEL_MAX)")
+    if open_vmap_ranges(u): raise NoFuse("the step closes over a value of one example (in a vmap scope)")
+  return closed
+
 def _flat(p:UOp, lead:int) -> UOp: return p.reshape(p.shape[:lead] + (math.prod(p.shape[lead:]),))
 
 def scan_kernel(step:Callable[[list[Tensor], list[Tensor]], tuple[list[Tensor], list[Tensor]]], init_leaves:list[Tensor],
                 xs_leaves:list[Tensor], length:int, reverse:bool=False, batch:int|None=None,
                 backward:Callable[[list[Tensor], list[Tensor]], tuple[list[Tensor], list[Tensor]]]|None=None,
-                lower:Callable[[Callable, list[Tensor], list[Tensor]], tuple[list[Tensor], list[Tensor]]]|None=None) -> tuple[list[Tensor], list[Tensor]]|None:
+                lower:Callable[[Callable, list[Tensor], list[Tensor]], tuple[list[Tensor], list[Tensor]]]|None=None,
+                closed_out:list[UOp]|None=None) -> tuple[list[Tensor], list[Tensor]]|None:
   """jax.lax.scan over flat leaves as one kernel, or None when the body cannot fuse. `step(carry_leaves, x_leaves) -> (carry_leaves,
   y_leaves)` works on one step's Tensors (x_leaves[i] has xs_leaves[i].shape[1:]); returns `(final_carry_leaves, ys_leaves)`, ys
   stacked on a new leading axis of size `length` (ys[t] belongs to xs[t], also when `reverse`). With `batch=B` every leaf has a leading
@@ -82,15 +105,17 @@ def scan_kernel(step:Callable[[list[Tensor], list[Tensor]], tuple[list[Tensor], 
   that has a gradient (scan's unrolled lowering): a gradient through the kernel is that graph's, recomputed from the kernel's inputs.
   Without it a gradient through the kernel raises. `lower(step, init_leaves, xs_leaves)` runs another scan of the same length and
   direction over leaves shaped as these (scan's dispatch): forward mode through the kernel (jvp, jacfwd) is the scan of the step and its
-  tangents, the tangent carry beside the carry in one loop (`_tangent_scan`). Without it a tangent through the kernel raises."""
+  tangents, the tangent carry beside the carry in one loop (`_tangent_scan`). Without it a tangent through the kernel raises.
+  A Tensor the step closes over (parameters, a realized table) is an input of the kernel, read whole; `closed_out`, where given, gets
+  those values (UOps of the step's graph) appended, so a caller can differentiate through them too."""
   # the body is evaluated in numpy object arrays of scalar UOps: no numpy, no fused kernel (tinygrad itself needs none)
   if importlib.util.find_spec("numpy") is None: return None
-  try: return _scan_kernel(step, list(init_leaves), list(xs_leaves), length, reverse, batch, backward, lower)
+  try: return _scan_kernel(step, list(init_leaves), list(xs_leaves), length, reverse, batch, backward, lower, closed_out)
   except NoFuse as e:
     if DEBUG >= 2: print(f"scan_kernel: not one kernel, {e}")
     return None
 
-def _scan_kernel(step, init, xs, length, reverse, batch, backward, lower):
+def _scan_kernel(step, init, xs, length, reverse, batch, backward, lower, closed_out):
   lead = 0 if batch is None else 1
   # length 1: the LOOP range folds away and codegen's coalescing trips on what is left (one step is one kernel unrolled anyway)
   if not isinstance(length, int) or length < 2: raise NoFuse(f"length {length} is not an int of at least 2")
@@ -117,6 +142,7 @@ def _scan_kernel(step, init, xs, length, reverse, batch, backward, lower):
   if len(c_out) != len(init) or any(o.shape != i.shape or o.dtype != i.dtype for o, i in zip(c_out, c_in)):
     raise NoFuse("the carry out of the step differs from the carry in (shapes, dtypes)")
   y_shapes = [y.shape for y in y_out]
+  closed = _closed_over([o.uop for o in c_out + y_out], {t.uop.base for t in c_in + x_in}, dev)
   # one output buffer, the carry's leaves then the ys' one after the other, each whole (batch and all, so each is a contiguous view):
   # the CALL's one output, so a gradient through it comes to grad_fxn as one Tensor
   nb = batch or 1
@@ -125,8 +151,8 @@ def _scan_kernel(step, init, xs, length, reverse, batch, backward, lower):
   off_c, off_y = offs[:len(c_shapes)], offs[len(c_shapes):]
 
   def kernel(*p:UOp) -> UOp:
-    ni = len(bufs)
-    out, ins_c, ins_x = p[0], iter(p[1:1+ni]), p[1+ni:]
+    ni, nx = len(bufs), len(xs)
+    out, ins_c, ins_x, ins_k = p[0], iter(p[1:1+ni]), p[1+ni:1+ni+nx], p[1+ni+nx:]
     b = () if batch is None else (UOp.range(batch, 0),)     # WEAK: the optimizer makes it GLOBAL where there are threads
     t = UOp.range(length, 1, AxisType.LOOP)                  # LOOP: never upcast, unrolled or made parallel
     ti = (length - 1 - t) if reverse else t
@@ -141,6 +167,7 @@ def _scan_kernel(step, init, xs, length, reverse, batch, backward, lower):
     leaves = {ci.uop.base: l.reshape(ci.uop.base.shape) for ci, l in zip(c_in, loads)}
     leaves |= {xi.uop.base: elems(max(1, math.prod(s)), lambda j, x=x: _flat(x, lead+1)[(*b, ti, j)].load()).reshape(xi.uop.base.shape)
                for xi, x, s in zip(x_in, ins_x, x_shapes)}
+    leaves |= {u: elems(max(1, u.numel()), lambda j, k=k: _flat(k, 0)[j].load()).reshape(u.shape) for u, k in zip(closed, ins_k)}
     ev = _Scalarize(leaves)
     new_c, new_y = [ev(o.uop).reshape(-1) for o in c_out], [ev(y.uop).reshape(-1) for y in y_out]
     # every store of the carry waits for every load of it, so no element is read after it was written this step
@@ -159,41 +186,49 @@ def _scan_kernel(step, init, xs, length, reverse, batch, backward, lower):
 
   def grad_fxn(g:UOp, call:UOp) -> tuple[UOp|None, ...]:
     if backward is None: raise NotImplementedError("scan_kernel: no gradient through the kernel without a backward (scan passes one)")
-    ins = iter(ins_t:=[Tensor(u) for u in call.src[2:]])
+    ins = iter(ins_t:=[Tensor(u) for u in call.src[2:2+len(bufs)+len(xs)]])
     c, y = backward([t if k else next(ins) for t, k in zip(init, const)], list(ins))
     packed = Tensor.cat(*[v.reshape(-1) for v in list(c) + list(y)])
-    return (None, *[d.uop for d in (packed * Tensor(g).detach()).sum().gradient(*ins_t)])   # g may read the kernel: not through it again
+    # the unrolled graph reads a closed-over value itself (its step closes over the same Tensor): its gradient is that value's
+    wrt = ins_t + [Tensor(u) for u in closed]
+    return (None, *[d.uop for d in (packed * Tensor(g).detach()).sum().gradient(*wrt)])   # g may read the kernel: not through it again
 
-  res = out.custom_kernel(*[t.contiguous() for t in bufs+xs], fxn=kernel, grad_fxn=grad_fxn)[0]
+  res = out.custom_kernel(*[t.contiguous() for t in bufs+xs+[Tensor(u) for u in closed]], fxn=kernel, grad_fxn=grad_fxn)[0]
+  if closed_out is not None: closed_out.extend(closed)
   if lower is not None and dtypes.is_float(init[0].dtype):
     assert res.uop.op is Ops.AFTER and res.uop.src[1].op is Ops.CALL, f"a custom kernel's output is AFTER(buffer, CALL), got {res.uop.op}"
-    TRANSFORMS.call_tangents[res.uop.src[1]] = functools.partial(_tangent_scan, step, init, const, len(xs), lower)
+    TRANSFORMS.call_tangents[res.uop.src[1]] = functools.partial(_tangent_scan, step, init, const, len(xs), closed, lower)
   parts = [res[o:o+nb*n] for o, n in zip(offs, sizes)]
   return ([v.reshape(bs + s) for v, s in zip(parts[:len(c_shapes)], c_shapes)],
           [v.reshape(bs + (length,) + s) for v, s in zip(parts[len(c_shapes):], y_shapes)])
 
-def scan_tangents(step:Callable, init:list[Tensor], xs:list[Tensor], t_init:list[UOp|None], t_xs:list[UOp|None], lower:Callable) -> list[Tensor]|None:
+def scan_tangents(step:Callable, init:list[Tensor], xs:list[Tensor], t_init:list[UOp|None], t_xs:list[UOp|None], lower:Callable,
+                  closed:list[UOp]=[], t_closed:list[UOp|None]=[]) -> list[Tensor]|None:
   """the tangents of a scan's final carry and ys leaves when its init and xs leaves move along t_init and t_xs (None: zero; None back
   when nothing moves): the scan of (carry, its tangent) over (xs, the moving xs' tangents) whose step is `step` and its jvp, run by
-  `lower(step, init, xs)` (one kernel again where it fuses: the tangent carry in the same loop as the carry)"""
+  `lower(step, init, xs)` (one kernel again where it fuses: the tangent carry in the same loop as the carry). `closed` are values the
+  step closes over, moving along t_closed"""
   from tinygrad.jvp import jvp_tensors
   moving = [i for i, t in enumerate(t_xs) if t is not None]
-  if all(t is None for t in t_init) and not moving: return None
+  still = [(u, t) for u, t in zip(closed, t_closed) if t is not None]
+  if all(t is None for t in t_init) and not moving and not still: return None
   nc, nx = len(init), len(xs)
   def aug_step(carry:list[Tensor], x:list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
     c, dc, xp, dx = carry[:nc], carry[nc:], x[:nx], x[nx:]
     c_out, y_out = step(c, xp)
-    ts = jvp_tensors(list(c_out) + list(y_out), c + [xp[i] for i in moving], dc + dx)
+    ts = jvp_tensors(list(c_out) + list(y_out), c + [xp[i] for i in moving] + [Tensor(u) for u, _ in still], dc + dx + [Tensor(t) for _, t in still])
     return list(c_out) + ts[:nc], ts[nc:]
   dc0 = [p.zeros_like() if t is None else Tensor(t) for p, t in zip(init, t_init)]
   carry, dys = lower(aug_step, list(init) + dc0, list(xs) + [Tensor(t_xs[i]) for i in moving])
   return list(carry[nc:]) + list(dys)
 
-def _tangent_scan(step:Callable, init:list[Tensor], const:list[bool], n_xs:int, lower:Callable, ctx:tuple[UOp|None, ...], call:UOp) -> UOp|None:
+def _tangent_scan(step:Callable, init:list[Tensor], const:list[bool], n_xs:int, closed:list[UOp], lower:Callable, ctx:tuple[UOp|None, ...],
+                  call:UOp) -> UOp|None:
   """the tangent of a scan kernel's packed output from ctx, the tangents of its CALL's srcs (the output buffer, the init leaves that are
   buffers, the xs leaves), packed as the kernel packs its output"""
-  ins, t_ins = [Tensor(u) for u in call.src[2:]], list(ctx[2:])
+  nk = len(closed)
+  ins, t_ins, t_closed = [Tensor(u) for u in call.src[2:len(call.src)-nk]], list(ctx[2:len(ctx)-nk]), list(ctx[len(ctx)-nk:])
   it, t_it = iter(ins[:len(ins)-n_xs]), iter(t_ins[:len(t_ins)-n_xs])
   prim_init, t_init = zip(*[(c, None) if k else (next(it), next(t_it)) for c, k in zip(init, const)])
-  ts = scan_tangents(step, list(prim_init), ins[len(ins)-n_xs:], list(t_init), t_ins[len(t_ins)-n_xs:], lower)
+  ts = scan_tangents(step, list(prim_init), ins[len(ins)-n_xs:], list(t_init), t_ins[len(t_ins)-n_xs:], lower, closed, t_closed)
   return None if ts is None else Tensor.cat(*[v.reshape(-1) for v in ts]).uop
