@@ -29,6 +29,15 @@ def np_rollout(s0, us): return np_scan(lambda s, u: (np_bicycle(s, u),)*2, s0, u
 
 def controls(*shape): return 0.3 * rand(*shape)
 
+def realized(*arrays): return [Tensor(a).realize() for a in arrays]
+
+def kernels_to_realize(fn, *args):
+  """the kernels that realizing fn(*args) runs (args realized first), and its results as numpy"""
+  before = GlobalCounters.kernel_count
+  outs = fn(*args)
+  Tensor.realize(*outs)
+  return GlobalCounters.kernel_count - before, [o.numpy() for o in outs]
+
 class TestScan(VmapTestCase):
   def test_cumulative_sum(self):
     xs = rand(7, 3)
@@ -278,9 +287,29 @@ class TestScanInVmap(VmapTestCase):
     self.assert_close(ys.numpy(), np_rollouts(s0 * 2 + 1, us))
 
   def test_nested_vmap(self):
-    s0, us = rand(3, 4), controls(2, 3, 6, 2)   # every initial state against each of 2 sets of 3 control sequences
-    _, ys = vmap(lambda u: vmap(lambda s, v: scan(bicycle, s, v))(Tensor(s0), u))(Tensor(us))
-    self.assert_close(ys.numpy(), np.stack([np_rollouts(s0, u) for u in us]))
+    # the batch of both scopes is the kernel's, flattened: kernels don't grow with the length
+    counts = set()
+    for T in (6, 30):
+      with self.subTest(T=T):
+        s0, us = rand(3, 4), controls(2, 3, T, 2)   # every initial state against each of 2 sets of 3 control sequences
+        S0, US = realized(s0, us)
+        kernels, (ys,) = kernels_to_realize(lambda: (vmap(lambda u: vmap(lambda s, v: scan(bicycle, s, v)[1])(S0, u))(US),))
+        counts.add(kernels)
+        self.assert_close(ys, np.stack([np_rollouts(s0, u) for u in us]))
+    self.assertEqual(len(counts), 1, counts)
+
+  def test_nested_vmap_leaves_of_one_scope_each(self):
+    s0, us = rand(3, 4), controls(5, 7, 2)   # the initial states mapped by the outer vmap, the controls by the inner
+    ys = vmap(lambda s: vmap(lambda u: scan(bicycle, s, u)[1])(Tensor(us)))(Tensor(s0))
+    self.assert_close(ys.numpy(), np.stack([np_rollouts([s]*5, us) for s in s0]))
+
+  def test_per_example_gradient_in_nested_vmap(self):
+    s0, us = rand(3, 4), controls(2, 3, 6, 2)
+    def loss(s, u): return (scan(bicycle, s, u)[1][:, :2] ** 2).sum()
+    g = vmap(lambda u: vmap(lambda s, v: loss(s, v).gradient(s)[0])(Tensor(s0), u))(Tensor(us))
+    def np_loss(s, u): return (np_rollout(s, u)[:, :2] ** 2).sum()
+    want = np.stack([np.stack([num_jac(lambda s: np_loss(s, v))(s) for s, v in zip(s0, u)]) for u in us])
+    self.assert_close(g.numpy(), want, atol=1e-7, rtol=1e-6)
 
   def test_chunked(self):
     s0, us = rand(7, 4), controls(7, 10, 2)   # 3 chunks, the last shorter
@@ -295,15 +324,6 @@ class TestScanInVmap(VmapTestCase):
     gs, = (vmap(lambda s, u: scan(bicycle, s, u))(S0, US)[1][..., :2] ** 2).sum().gradient(S0)
     def np_loss(s, u): return (np_rollout(s, u)[:, :2] ** 2).sum()
     self.assert_close(gs.numpy(), np.stack([num_jac(lambda s: np_loss(s, u))(s) for s, u in zip(s0, us)]), atol=1e-7, rtol=1e-6)
-
-def realized(*arrays): return [Tensor(a).realize() for a in arrays]
-
-def kernels_to_realize(fn, *args):
-  """the kernels that realizing fn(*args) runs (args realized first), and its results as numpy"""
-  before = GlobalCounters.kernel_count
-  outs = fn(*args)
-  Tensor.realize(*outs)
-  return GlobalCounters.kernel_count - before, [o.numpy() for o in outs]
 
 def np_jvp_rollout(s0, us, ds, dus):
   """the oracle's tangent of the rollout along (ds, dus): float64 central differences of both arguments"""

@@ -8,7 +8,7 @@ per step into one Tensor graph, so vmap, jvp, the Jacobians, gradients, TinyJit 
 fused lowering (one kernel with a LOOP range, tinygrad/scan_kernel.py) is asked first, and returns None when it can't.
 """
 from __future__ import annotations
-import functools
+import functools, math
 from typing import Any, Callable
 from tinygrad.tensor import Tensor
 from tinygrad.dtype import DType, dtypes, least_upper_dtype
@@ -21,25 +21,31 @@ from tinygrad.scan_kernel import scan_kernel as _fused, scan_tangents
 from tinygrad.vmap import _from_numpy, vmap
 
 
-def _scope_range(leaves:list[Tensor]) -> UOp|None:
-  """the RANGE of the one vmap scope the leaves are in: the fused kernel runs their batch (None: no scope, or nested scopes, whose
-  leaves keep the unrolled lowering)"""
-  return rs.pop() if len(rs:={r for t in leaves for r in open_vmap_ranges(t.uop)}) == 1 else None
+def _scope_ranges(leaves:list[Tensor]) -> tuple[UOp, ...]:
+  """the RANGEs of the vmap scopes the leaves are in, outermost first (ranges are numbered down as scopes open): the fused kernel runs
+  the batch of all of them, flattened"""
+  return tuple(sorted({r for t in leaves for r in open_vmap_ranges(t.uop)}, key=lambda r: r.arg, reverse=True))
 
-def _batched_fused(step:Callable, init:list[Tensor], xs:list[Tensor], length:int, reverse:bool, r:UOp) -> tuple[list[Tensor], list[Tensor]]|None:
-  """a scan in the vmap scope of RANGE r as ONE kernel over the scope's batch (parallel, the steps a loop in it): each leaf's batch
-  (vmapout, the batch axis in front; a leaf from outside the scope broadcast to it) into the batched kernel, whose results enter the
-  scope again, one example each (a VMAPIN of a batch is batched as that batch itself: the scope's VMAPOUT gives the kernel's output).
-  A gradient inside the scope, which differentiates one example, gets the unrolled lowering in their place (TRANSFORMS.recompute)"""
-  B = r.vmax + 1
-  def batch(t:Tensor) -> Tensor: return t.vmapout((r,) + (KEPT,)*t.ndim) if r in t.uop.ranges else t.unsqueeze(0).expand(B, *t.shape)
+def _batched_fused(step:Callable, init:list[Tensor], xs:list[Tensor], length:int, reverse:bool, rs:tuple[UOp, ...]) -> tuple[list[Tensor], list[Tensor]]|None:
+  """a scan in the vmap scopes of RANGEs rs as ONE kernel over their batch (parallel, the steps a loop in it): each leaf's batch
+  (vmapout, the batch axes in front, flattened to one; a leaf outside a scope broadcast to its axis) into the batched kernel, whose
+  results enter the scopes again, one example each (a VMAPIN of a batch is batched as that batch itself: the scope's VMAPOUT gives the
+  kernel's output). A gradient inside the scope, which differentiates one example, gets the unrolled lowering in their place
+  (TRANSFORMS.recompute)"""
+  Bs = tuple(r.vmax + 1 for r in rs)
+  B = math.prod(Bs)
+  def batch(t:Tensor) -> Tensor:
+    mine = tuple(r for r in rs if r in t.uop.ranges)
+    if mine: t = t.vmapout(mine + (KEPT,)*t.ndim)
+    t = t.reshape(tuple(b if r in mine else 1 for r, b in zip(rs, Bs)) + t.shape[len(mine):])
+    return t.expand(Bs + t.shape[len(rs):]).reshape((B,) + t.shape[len(rs):])
   def vmapped_unrolled(i:list[Tensor], x:list[Tensor]): return vmap(lambda i, x: _unrolled(step, i, x, length, reverse))(i, x)
   def vmapped_lower(aug_step:Callable, i:list[Tensor], x:list[Tensor]): return vmap(lambda i, x: _lower(aug_step, i, x, length, reverse))(i, x)
   closed: list[UOp] = []   # what the step closes over: inputs of the kernel, whose tangents a jvp in the scope needs too
   if (fused:=_fused(step, [batch(t) for t in init], [batch(t) for t in xs], length, reverse, batch=B, backward=vmapped_unrolled,
                     lower=vmapped_lower, closed_out=closed)) is None:
     return None
-  carry, ys = [[t.vmapin((r,) + (KEPT,)*(t.ndim-1)) for t in ts] for ts in fused]
+  carry, ys = [[t.reshape(Bs + t.shape[1:]).vmapin(rs + (KEPT,)*(t.ndim-1)) for t in ts] for ts in fused]
   unrolled: list = []
   def recompute(i:int) -> UOp:
     if not unrolled: unrolled.extend(t.uop for ts in _unrolled(step, init, xs, length, reverse) for t in ts)
@@ -161,11 +167,11 @@ def _unrolled(step:Callable, init:list[Tensor], xs:list[Tensor], length:int, rev
 _depth = 0   # how many _unrolled scans are tracing, one inside the other's f
 
 def _lower(step:Callable, init:list[Tensor], xs:list[Tensor], length:int, reverse:bool) -> tuple[list[Tensor], list[Tensor]]:
-  """a scan of length >= 1 on leaf lists, as one kernel where it fuses: over the batch of the one vmap scope its leaves are in
+  """a scan of length >= 1 on leaf lists, as one kernel where it fuses: over the batch of the vmap scopes its leaves are in
   (_batched_fused), or outside any scope (scan_kernel); else unrolled. Through the kernel a gradient is the unrolled graph's, recomputed,
   and a tangent (jvp, jacfwd) the scan of the step's jvp, lowered here again"""
   leaves = init + xs
-  if (r:=_scope_range(leaves)) is not None and (fused:=_batched_fused(step, init, xs, length, reverse, r)) is not None: return fused
+  if (rs:=_scope_ranges(leaves)) and (fused:=_batched_fused(step, init, xs, length, reverse, rs)) is not None: return fused
   if not any(open_vmap_ranges(t.uop) for t in leaves) and (fused:=_fused(step, init, xs, length, reverse,
     backward=lambda i, x: _unrolled(step, i, x, length, reverse), lower=lambda s, i, x: _lower(s, i, x, length, reverse))) is not None:
     return fused
