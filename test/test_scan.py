@@ -258,11 +258,33 @@ class TestScanInVmap(VmapTestCase):
           self.assert_close(carry, np_rollouts(s0, us)[:, -1])
 
   def test_closed_over_init(self):
-    # one initial state for every example, closed over (not inside the scope): broadcast to the batch
+    # one initial state for every example, closed over (not inside the scope): each example reads it, no copy to the batch
     s0, us = rand(4), controls(6, 9, 2)
-    S0 = Tensor(s0)
-    _, ys = vmap(lambda u: scan(bicycle, S0, u))(Tensor(us))
-    self.assert_close(ys.numpy(), np_rollouts([s0]*6, us))
+    S0, US = realized(s0, us)
+    kernels, (ys,) = kernels_to_realize(lambda: (vmap(lambda u: scan(bicycle, S0, u)[1])(US),))
+    self.assertEqual(kernels, 1)
+    self.assert_close(ys, np_rollouts([s0]*6, us))
+
+  def test_shared_controls(self):
+    s0, us = rand(6, 4), controls(9, 2)   # every initial state under the same controls
+    S0, US = realized(s0, us)
+    kernels, (ys,) = kernels_to_realize(lambda: (vmap(lambda s: scan(bicycle, s, US)[1])(S0),))
+    self.assertEqual(kernels, 1)
+    self.assert_close(ys, np_rollouts(s0, [us]*6))
+
+  def test_gradient_of_shared_controls(self):
+    # the batch's gradient in the controls every example reads: the sum of the examples' gradients
+    s0, us = rand(3, 4), controls(8, 2)
+    S0, US = Tensor(s0), Tensor(us)
+    gu, = (vmap(lambda s: scan(bicycle, s, US)[1])(S0)[..., :2] ** 2).sum().gradient(US)
+    def np_loss(u): return sum((np_rollout(s, u)[:, :2] ** 2).sum() for s in s0)
+    self.assert_close(gu.numpy(), num_jac(np_loss)(us), atol=1e-7, rtol=1e-6)
+
+  def test_jvp_in_shared_controls(self):
+    s0, us, dus = rand(3, 4), controls(8, 2), rand(8, 2)
+    _, dys = jvp(lambda u: vmap(lambda s: scan(bicycle, s, u)[1])(Tensor(s0)), (Tensor(us),), (Tensor(dus),))
+    want = np.stack([np.tensordot(num_jac(lambda u: np_rollout(s, u))(us), dus, axes=2) for s in s0])
+    self.assert_close(dys.numpy(), want, atol=1e-7, rtol=1e-6)
 
   def test_reverse(self):
     s0, us = rand(5, 4), controls(5, 12, 2)

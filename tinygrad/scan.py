@@ -28,22 +28,23 @@ def _scope_ranges(leaves:list[Tensor]) -> tuple[UOp, ...]:
 
 def _batched_fused(step:Callable, init:list[Tensor], xs:list[Tensor], length:int, reverse:bool, rs:tuple[UOp, ...]) -> tuple[list[Tensor], list[Tensor]]|None:
   """a scan in the vmap scopes of RANGEs rs as ONE kernel over their batch (parallel, the steps a loop in it): each leaf's batch
-  (vmapout, the batch axes in front, flattened to one; a leaf outside a scope broadcast to its axis) into the batched kernel, whose
+  (vmapout, the batch axes in front, flattened to one; a leaf outside one of the scopes broadcast to its axis, a leaf outside all of
+  them read as it is by every example) into the batched kernel, whose
   results enter the scopes again, one example each (a VMAPIN of a batch is batched as that batch itself: the scope's VMAPOUT gives the
   kernel's output). A gradient inside the scope, which differentiates one example, gets the unrolled lowering in their place
   (TRANSFORMS.recompute)"""
   Bs = tuple(r.vmax + 1 for r in rs)
   B = math.prod(Bs)
   def batch(t:Tensor) -> Tensor:
-    mine = tuple(r for r in rs if r in t.uop.ranges)
-    if mine: t = t.vmapout(mine + (KEPT,)*t.ndim)
+    if not (mine:=tuple(r for r in rs if r in t.uop.ranges)): return t   # every example's: the kernel reads it as it is (`batched`)
+    t = t.vmapout(mine + (KEPT,)*t.ndim)
     t = t.reshape(tuple(b if r in mine else 1 for r, b in zip(rs, Bs)) + t.shape[len(mine):])
     return t.expand(Bs + t.shape[len(rs):]).reshape((B,) + t.shape[len(rs):])
   def vmapped_unrolled(i:list[Tensor], x:list[Tensor]): return vmap(lambda i, x: _unrolled(step, i, x, length, reverse))(i, x)
   def vmapped_lower(aug_step:Callable, i:list[Tensor], x:list[Tensor]): return vmap(lambda i, x: _lower(aug_step, i, x, length, reverse))(i, x)
   closed: list[UOp] = []   # what the step closes over: inputs of the kernel, whose tangents a jvp in the scope needs too
   if (fused:=_fused(step, [batch(t) for t in init], [batch(t) for t in xs], length, reverse, batch=B, backward=vmapped_unrolled,
-                    lower=vmapped_lower, closed_out=closed)) is None:
+                    lower=vmapped_lower, closed_out=closed, batched=[any(r in t.uop.ranges for r in rs) for t in init + xs])) is None:
     return None
   carry, ys = [[t.reshape(Bs + t.shape[1:]).vmapin(rs + (KEPT,)*(t.ndim-1)) for t in ts] for ts in fused]
   unrolled: list = []

@@ -96,7 +96,7 @@ def scan_kernel(step:Callable[[list[Tensor], list[Tensor]], tuple[list[Tensor], 
                 xs_leaves:list[Tensor], length:int, reverse:bool=False, batch:int|None=None,
                 backward:Callable[[list[Tensor], list[Tensor]], tuple[list[Tensor], list[Tensor]]]|None=None,
                 lower:Callable[[Callable, list[Tensor], list[Tensor]], tuple[list[Tensor], list[Tensor]]]|None=None,
-                closed_out:list[UOp]|None=None) -> tuple[list[Tensor], list[Tensor]]|None:
+                closed_out:list[UOp]|None=None, batched:list[bool]|None=None) -> tuple[list[Tensor], list[Tensor]]|None:
   """jax.lax.scan over flat leaves as one kernel, or None when the body cannot fuse. `step(carry_leaves, x_leaves) -> (carry_leaves,
   y_leaves)` works on one step's Tensors (x_leaves[i] has xs_leaves[i].shape[1:]); returns `(final_carry_leaves, ys_leaves)`, ys
   stacked on a new leading axis of size `length` (ys[t] belongs to xs[t], also when `reverse`). With `batch=B` every leaf has a leading
@@ -107,16 +107,20 @@ def scan_kernel(step:Callable[[list[Tensor], list[Tensor]], tuple[list[Tensor], 
   direction over leaves shaped as these (scan's dispatch): forward mode through the kernel (jvp, jacfwd) is the scan of the step and its
   tangents, the tangent carry beside the carry in one loop (`_tangent_scan`). Without it a tangent through the kernel raises.
   A Tensor the step closes over (parameters, a realized table) is an input of the kernel, read whole; `closed_out`, where given, gets
-  those values (UOps of the step's graph) appended, so a caller can differentiate through them too."""
+  those values (UOps of the step's graph) appended, so a caller can differentiate through them too. With a batch, `batched` says for
+  each leaf (init's, then xs') whether it has the batch axis: a leaf without is every example's, read by each (not copied B times)."""
   # the body is evaluated in numpy object arrays of scalar UOps: no numpy, no fused kernel (tinygrad itself needs none)
   if importlib.util.find_spec("numpy") is None: return None
-  try: return _scan_kernel(step, list(init_leaves), list(xs_leaves), length, reverse, batch, backward, lower, closed_out)
+  try: return _scan_kernel(step, list(init_leaves), list(xs_leaves), length, reverse, batch, backward, lower, closed_out, batched)
   except NoFuse as e:
     if DEBUG >= 2: print(f"scan_kernel: not one kernel, {e}")
     return None
 
-def _scan_kernel(step, init, xs, length, reverse, batch, backward, lower, closed_out):
-  lead = 0 if batch is None else 1
+def _scan_kernel(step, init, xs, length, reverse, batch, backward, lower, closed_out, batched):
+  # the batch axis in front of each leaf (1) or none (0): without a batch, or a leaf every example shares
+  if batched is not None and len(batched) != len(init) + len(xs): raise ValueError(f"batched has {len(batched)} flags for {len(init)+len(xs)} leaves")
+  leads = [int(batch is not None and (batched is None or b)) for b in (batched or [True]*(len(init)+len(xs)))]
+  lc, lx = leads[:len(init)], leads[len(init):]
   # length 1: the LOOP range folds away and codegen's coalescing trips on what is left (one step is one kernel unrolled anyway)
   if not isinstance(length, int) or length < 2: raise NoFuse(f"length {length} is not an int of at least 2")
   if not init: raise NoFuse("no carry")
@@ -124,12 +128,12 @@ def _scan_kernel(step, init, xs, length, reverse, batch, backward, lower, closed
     raise NoFuse("leaves on several devices (or sharded)")
   # a Tensor of constants has no device on 0.14: a number is a constant of the kernel, not a buffer it reads. Over a batch only one
   # value for every example is (the kernel's constant is the first example's): a batch of constants (jacfwd's basis) is read as a buffer
-  const = [t.device is None and (batch is None or t.uop.base.op is Ops.CONST) for t in init]
+  const = [t.device is None and (not l or t.uop.base.op is Ops.CONST) for t, l in zip(init, lc)]
   init = [Tensor(t.uop.clone(device=dev)) if t.device is None and not k else t for t, k in zip(init, const)]
   xs = [Tensor(t.uop.clone(device=dev)) if t.device is None else t for t in xs]
-  if batch is not None and any(t.shape[0] != batch for t in init+xs): raise NoFuse(f"a leaf without the leading batch axis {batch}")
-  if any(t.shape[lead] != length for t in xs): raise NoFuse(f"an xs leaf whose scanned axis is not {length}")
-  c_shapes, x_shapes = [t.shape[lead:] for t in init], [t.shape[lead+1:] for t in xs]
+  if any(l and (not t.ndim or t.shape[0] != batch) for t, l in zip(init+xs, leads)): raise NoFuse(f"a leaf without the leading batch axis {batch}")
+  if any(t.ndim <= l or t.shape[l] != length for t, l in zip(xs, lx)): raise NoFuse(f"an xs leaf whose scanned axis is not {length}")
+  c_shapes, x_shapes = [t.shape[l:] for t, l in zip(init, lc)], [t.shape[l+1:] for t, l in zip(xs, lx)]
   if not all(isinstance(s, int) for shp in c_shapes+x_shapes for s in shp): raise NoFuse("symbolic shapes")
   if (n:=sum(math.prod(s) for s in c_shapes+x_shapes)) > MAX_SCALARS: raise NoFuse(f"{n} elements a step in the leaves (SCAN_KERNEL_MAX)")
   # trace the step once on placeholder leaves; a kernel run while tracing is a realize inside the step
@@ -159,14 +163,15 @@ def _scan_kernel(step, init, xs, length, reverse, batch, backward, lower, closed
     accs = [UOp.placeholder((max(1, math.prod(s)),), c.dtype, slot=len(p)+i, addrspace=AddrSpace.REG) for i, (s, c) in enumerate(zip(c_shapes, init))]
     def elems(n:int, fn:Callable[[int], UOp]) -> np.ndarray: return _objs((n,), lambda j: fn(j[0]))
     # the carry starts as init (per batch index), is read at the top of each step and written at its end
-    init_vals = [_Scalarize({})(c.uop).reshape(batch or 1, -1)[0] if k else elems(a.shape[0], lambda j, c=next(ins_c): _flat(c, lead)[(*b, j)].load())
-                 for c, a, k in zip(init, accs, const)]
+    def at(l:int, *idx:UOp|int) -> tuple: return (*b, *idx) if l else idx   # a shared leaf is read at the same place by every example
+    init_vals = [_Scalarize({})(c.uop).reshape(-1)[:a.shape[0]] if k else
+                 elems(a.shape[0], lambda j, c=next(ins_c), l=l: _flat(c, l)[at(l, j)].load()) for c, a, k, l in zip(init, accs, const, lc)]
     inits = [UOp.group(*[a.after(*b)[j].store(v) for j, v in enumerate(vs)]) for a, vs in zip(accs, init_vals)]
     cur = [a.after(i, t) for a, i in zip(accs, inits)]
     loads = [elems(c.shape[0], lambda j, c=c: c[j].load()) for c in cur]
     leaves = {ci.uop.base: l.reshape(ci.uop.base.shape) for ci, l in zip(c_in, loads)}
-    leaves |= {xi.uop.base: elems(max(1, math.prod(s)), lambda j, x=x: _flat(x, lead+1)[(*b, ti, j)].load()).reshape(xi.uop.base.shape)
-               for xi, x, s in zip(x_in, ins_x, x_shapes)}
+    leaves |= {xi.uop.base: elems(max(1, math.prod(s)), lambda j, x=x, l=l: _flat(x, l+1)[at(l, ti, j)].load()).reshape(xi.uop.base.shape)
+               for xi, x, s, l in zip(x_in, ins_x, x_shapes, lx)}
     leaves |= {u: elems(max(1, u.numel()), lambda j, k=k: _flat(k, 0)[j].load()).reshape(u.shape) for u, k in zip(closed, ins_k)}
     ev = _Scalarize(leaves)
     new_c, new_y = [ev(o.uop).reshape(-1) for o in c_out], [ev(y.uop).reshape(-1) for y in y_out]
@@ -184,10 +189,15 @@ def _scan_kernel(step, init, xs, length, reverse, batch, backward, lower, closed
   if len({t.dtype for t in init} | {y.dtype for y in y_out}) != 1: raise NoFuse("leaves of several dtypes (one output buffer holds them)")
   out = Tensor.empty(nb * sum(sizes), dtype=init[0].dtype, device=dev)
 
+  def as_batch(leaves:list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+    """init's and xs' leaves, the shared ones expanded to the batch: backward and lower map every leaf"""
+    ts = [t.unsqueeze(0).expand(batch, *t.shape) if batch is not None and not l else t for t, l in zip(leaves, leads)]
+    return ts[:len(init)], ts[len(init):]
+
   def grad_fxn(g:UOp, call:UOp) -> tuple[UOp|None, ...]:
     if backward is None: raise NotImplementedError("scan_kernel: no gradient through the kernel without a backward (scan passes one)")
     ins = iter(ins_t:=[Tensor(u) for u in call.src[2:2+len(bufs)+len(xs)]])
-    c, y = backward([t if k else next(ins) for t, k in zip(init, const)], list(ins))
+    c, y = backward(*as_batch([t if k else next(ins) for t, k in zip(init, const)] + list(ins)))
     packed = Tensor.cat(*[v.reshape(-1) for v in list(c) + list(y)])
     # the unrolled graph reads a closed-over value itself (its step closes over the same Tensor): its gradient is that value's
     wrt = ins_t + [Tensor(u) for u in closed]
@@ -197,7 +207,7 @@ def _scan_kernel(step, init, xs, length, reverse, batch, backward, lower, closed
   if closed_out is not None: closed_out.extend(closed)
   if lower is not None and dtypes.is_float(init[0].dtype):
     assert res.uop.op is Ops.AFTER and res.uop.src[1].op is Ops.CALL, f"a custom kernel's output is AFTER(buffer, CALL), got {res.uop.op}"
-    TRANSFORMS.call_tangents[res.uop.src[1]] = functools.partial(_tangent_scan, step, init, const, len(xs), closed, lower)
+    TRANSFORMS.call_tangents[res.uop.src[1]] = functools.partial(_tangent_scan, step, init, const, len(xs), closed, as_batch, lower)
   parts = [res[o:o+nb*n] for o, n in zip(offs, sizes)]
   return ([v.reshape(bs + s) for v, s in zip(parts[:len(c_shapes)], c_shapes)],
           [v.reshape(bs + (length,) + s) for v, s in zip(parts[len(c_shapes):], y_shapes)])
@@ -222,13 +232,17 @@ def scan_tangents(step:Callable, init:list[Tensor], xs:list[Tensor], t_init:list
   carry, dys = lower(aug_step, list(init) + dc0, list(xs) + [Tensor(t_xs[i]) for i in moving])
   return list(carry[nc:]) + list(dys)
 
-def _tangent_scan(step:Callable, init:list[Tensor], const:list[bool], n_xs:int, closed:list[UOp], lower:Callable, ctx:tuple[UOp|None, ...],
-                  call:UOp) -> UOp|None:
+def _tangent_scan(step:Callable, init:list[Tensor], const:list[bool], n_xs:int, closed:list[UOp], as_batch:Callable, lower:Callable,
+                  ctx:tuple[UOp|None, ...], call:UOp) -> UOp|None:
   """the tangent of a scan kernel's packed output from ctx, the tangents of its CALL's srcs (the output buffer, the init leaves that are
   buffers, the xs leaves), packed as the kernel packs its output"""
   nk = len(closed)
   ins, t_ins, t_closed = [Tensor(u) for u in call.src[2:len(call.src)-nk]], list(ctx[2:len(ctx)-nk]), list(ctx[len(ctx)-nk:])
   it, t_it = iter(ins[:len(ins)-n_xs]), iter(t_ins[:len(t_ins)-n_xs])
   prim_init, t_init = zip(*[(c, None) if k else (next(it), next(t_it)) for c, k in zip(init, const)])
-  ts = scan_tangents(step, list(prim_init), ins[len(ins)-n_xs:], list(t_init), t_ins[len(t_ins)-n_xs:], lower, closed, t_closed)
+  # a leaf every example shares, and its tangent, expanded to the batch: `lower` maps every leaf
+  prims, t_all = list(prim_init) + ins[len(ins)-n_xs:], list(t_init) + t_ins[len(t_ins)-n_xs:]
+  (prim_init, xs), (t_init, t_xs) = as_batch(prims), as_batch([p.zeros_like() if t is None else Tensor(t) for p, t in zip(prims, t_all)])
+  ts = scan_tangents(step, prim_init, xs, [t.uop for t in t_init], [None if t0 is None else t.uop for t, t0 in zip(t_xs, t_all[len(init):])],
+                     lower, closed, t_closed)
   return None if ts is None else Tensor.cat(*[v.reshape(-1) for v in ts]).uop
