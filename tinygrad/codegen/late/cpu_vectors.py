@@ -58,5 +58,5 @@ def vector_registers(ctx, memory:dict) -> dict[UOp, int]:
     row = 1
     while a+row in offsets and lanes_load_in_a_row(offsets[a+row-1][0].src[1], offsets[a+row][0].src[1], at): row += 1
     if row == 1: continue
-    ret[buf.buf_uop] = tile_vector_bytes() if row * buf.dtype.itemsize >= (wide:=tile_vector_bytes()) > vb else vb
+    ret[buf.buf_uop] = wide if row * buf.dtype.itemsize >= (wide:=tile_vector_bytes()) > vb else vb
   return ret
