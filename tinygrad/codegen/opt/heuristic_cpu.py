@@ -46,8 +46,10 @@ def cpu_gemm_tile(k:Scheduler, tile_bytes:int|None=None) -> bool:
     n = [ax for ax in k.upcastable_dims if (r:=k.rngs[ax]) not in ia.backward_slice and unit_stride(r, ib)]
     m = [ax for ax in k.upcastable_dims if (r:=k.rngs[ax]) in ia.backward_slice and r not in ib.backward_slice]
     if not n or not m or (n_amt:=next((x for x in (16, 8, 4) if x*sz <= 64 and k.full_shape[n[-1]] % x == 0), None)) is None: continue
-    # a quick build takes AVX2's tile: AVX-512's twice as tall one costs ~25 ms more codegen and clang (bench W2's first call)
-    if tile_bytes is None: tile_bytes = 256 if QUICK_OPTS else cpu_tile_bytes()
+    # a quick build takes AVX2's tile: AVX-512's twice as tall one costs ~25 ms more codegen and clang (bench W2's first call). 0.14: so
+    # does a renderer whose accumulators don't move as vectors (only clang's do: cpu_vectors.py), where a zmm tile would be 128 scalars
+    wide = LINE_012 or getattr(k.ren, "vector_bytes", 0)
+    if tile_bytes is None: tile_bytes = 256 if QUICK_OPTS or not wide else cpu_tile_bytes()
     if (m_amt:=next((x for x in (min(8, tile_bytes//sz//n_amt), 4, 2) if k.full_shape[m[-1]] % x == 0), None)) is None: continue
     n_rng = k.rngs[n[-1]]
     k.apply_opt(Opt(OptOps.UPCAST, m[-1], m_amt))
