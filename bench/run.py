@@ -494,6 +494,8 @@ def run_row(task:dict) -> dict:
   if impl not in ("loop", "pad_outer", "pad_loop"):
     row["bytes"] = sum(a.nbytes for a in args_np) + nbytes(getout(out) if fw != "numpy" else out)
     row["gbps"] = row["bytes"] / (row["ms"] * 1e-3) / 1e9
+  if w.flops is not None and impl not in ("loop", "pad_outer", "pad_loop", "pad_outer_vanilla") and not bench_device():
+    row["gflops"], row["fma_peak"] = w.flops(n_run) / (row["ms"] * 1e-3) / 1e9, fma_peak()
   return row
 
 def run_scale(task:dict) -> list[dict]:
@@ -551,6 +553,43 @@ def run_ab(task:dict) -> dict:
         st = time.perf_counter(); f(); ts.append(time.perf_counter() - st)
     res["eager" if not mode else "jit"] = {"vmap_ms": median(ta) * 1e3, "hand_ms": median(tb) * 1e3, "ratio": median(ta) / median(tb)}
   return res
+
+FMA_PEAK_C = r"""
+#define CHAINS(R) "vfmadd231ps %%" R "14,%%" R "15,%%" R "0\n vfmadd231ps %%" R "14,%%" R "15,%%" R "1\n vfmadd231ps %%" R "14,%%" R "15,%%" \
+  R "2\n vfmadd231ps %%" R "14,%%" R "15,%%" R "3\n vfmadd231ps %%" R "14,%%" R "15,%%" R "4\n vfmadd231ps %%" R "14,%%" R "15,%%" R "5\n" \
+  " vfmadd231ps %%" R "14,%%" R "15,%%" R "6\n vfmadd231ps %%" R "14,%%" R "15,%%" R "7\n vfmadd231ps %%" R "14,%%" R "15,%%" R "8\n" \
+  " vfmadd231ps %%" R "14,%%" R "15,%%" R "9\n vfmadd231ps %%" R "14,%%" R "15,%%" R "10\n vfmadd231ps %%" R "14,%%" R "15,%%" R "11\n"
+#define CLOBBER "xmm0","xmm1","xmm2","xmm3","xmm4","xmm5","xmm6","xmm7","xmm8","xmm9","xmm10","xmm11","xmm14","xmm15"
+void ymm(long n) { __asm__ volatile("vzeroall\n 1:\n" CHAINS("ymm") " dec %0\n jnz 1b\n vzeroupper" : "+r"(n) :: CLOBBER); }
+__attribute__((target("avx512f"))) void zmm(long n) {
+  __asm__ volatile("vzeroall\n 1:\n" CHAINS("zmm") " dec %0\n jnz 1b\n vzeroupper" : "+r"(n) :: CLOBBER); }
+"""
+
+def fma_peak() -> dict|None:
+  """one core's float32 FMA peak, measured: 12 independent chains of vfmadd231ps (enough to cover 2 ports x 4-5 cycles of latency) on
+  ymm (AVX2) and, where the CPU has AVX-512, zmm, the faster of the two (Zen 4 runs zmm as two ymm halves: the same peak; a Xeon with two
+  512-bit FMA ports twice ymm's). Measured, not taken from a clock: this machine's boost clock is what the kernels get. None off x86"""
+  if platform.machine() not in ("x86_64", "AMD64"): return None
+  import ctypes, tempfile
+  avx512 = "avx512f" in Path("/proc/cpuinfo").read_text().split()
+  with tempfile.TemporaryDirectory() as d:
+    (src:=Path(d) / "fma.c").write_text(FMA_PEAK_C)
+    subprocess.run(["clang", "-O2", "-shared", "-fPIC", str(src), "-o", str(Path(d) / "fma.so")], check=True, capture_output=True)
+    lib = ctypes.CDLL(str(Path(d) / "fma.so"))
+  # the two interleaved, the best of 15 each: a shared machine's other load halved either for a run at a time (72 of 117 GFLOP/s)
+  lanes, ts, n = {"ymm": 8, **({"zmm": 16} if avx512 else {})}, {}, 1_000_000
+  for _ in range(15):
+    for isa in lanes:
+      st = time.perf_counter(); getattr(lib, isa)(ctypes.c_long(n)); ts.setdefault(isa, []).append(time.perf_counter() - st)
+  ret = {isa: n * 12 * lanes[isa] * 2 / min(ts[isa]) / 1e9 for isa in lanes}
+  return {**ret, "gflops": max(ret.values()), "isa": max(ret, key=ret.get)}
+
+def fmt_gflops(r:dict) -> str:
+  """a row's GFLOP/s and its share of the core's FMA peak (measured in the row's worker, next to the row)"""
+  if "gflops" not in r: return ""
+  pk = r.get("fma_peak")
+  if not pk: return f"{r['gflops']:.0f} GFLOP/s"
+  return f"{r['gflops']:.0f} GFLOP/s ({100 * r['gflops'] / pk['gflops']:.0f}% of the {pk['gflops']:.0f} GFLOP/s {pk['isa']} FMA peak)"
 
 def machine_copy_bandwidth() -> float:
   """numpy copy of a 256 MB float32 array, GB/s counting bytes read + bytes written (the convention of the table's GB/s)"""
@@ -839,6 +878,7 @@ def main():
         rows.append(r["result"])
         x = r["result"]
         shown = f"{fmt(x.get('ms'))} ms" + (f" (at N={x['n_run']}; {fmt(x['extrapolated_ms'])} ms extrapolated)" if "extrapolated_ms" in x else "")
+        if x["status"] == "ok" and "gflops" in x: shown += f"  {fmt_gflops(x)}"
         print(f"  {x['workload']} {x['label']:40s} {x['status'] if x['status'] != 'ok' else shown}", flush=True)
   for x in rows:
     if (more:=more_firsts.get((x["workload"], x["impl"]))):
@@ -925,6 +965,7 @@ def render_table(rows:list[dict], bw:float|None) -> str:
         sc = f"{f.get('sched_misses', 0)} miss/{f.get('sched_hits', 0)} hit; " + \
           ("jit replay" if s.get("hits", 0) + s.get("misses", 0) == 0 else f"{s['misses']} miss/{s['hits']} hit")
       gb = "-" if "gbps" not in r else (f"{r['gbps']:.2f}" + (f" ({100 * r['gbps'] / bw:.0f}% of copy)" if bw and w.memory_bound else ""))
+      if "gflops" in r: gb += f"; {fmt_gflops(r)}"
       out.append(f"| {wn} | {r['label']} | {r['n']} | {ms} | {fmt(r.get('first_ms'))} | {k} | {sc} | {gb} | "
                  f"{_ratio(t, row_time(base) if base.get('status') == 'ok' else None)} | "
                  f"{_ratio(t, row_time(jax_) if jax_.get('status') == 'ok' else None)} | {r['status']} |")
@@ -1058,7 +1099,9 @@ process to the next, so the vmap and JAX rows show the median of {FIRST_RUNS} fr
 one's figure is `first_runs_ms` in results.json); the breakdown below is the table's own process. *Kernels / call*: kernels one steady call
 runs, and in parentheses the kernels of the per-example function run on ONE example (the number vmap should match). *Schedule cache*: misses
 and hits on the first call; on a steady call (a TinyJit replay doesn't schedule). *GB/s*: (input bytes + output bytes) / time; the % of the
-copy bandwidth is shown for the memory-bound workloads. *÷ tinygrad hand*: eager rows against hand-batched eager, every other row against
+copy bandwidth is shown for the memory-bound workloads; a compute-bound workload's GFLOP/s (W2: its matmuls' multiply-adds, 2 flops each)
+is shown against one core's FMA peak, measured in the row's process (12 independent FMA chains on ymm, and zmm where the CPU has AVX-512:
+the faster). *÷ tinygrad hand*: eager rows against hand-batched eager, every other row against
 hand-batched TinyJit. The Python loop and pad+reduce rows run a few examples (the loop: separate realized per-example Tensors, so each
 iteration is a schedule-cache hit) and are extrapolated linearly to N; pad+reduce's cost grows as N^2 (N kernels, each writing N slots), so
 its extrapolation is a lower bound.

@@ -30,6 +30,7 @@ class Workload:
   torch_vmap: Callable|None = None  # (torch, f) -> the torch.func vmapped function (default torch.func.vmap(f, in_dims=in_axes))
   loop_examples: Callable|None = None  # (arrays, i) -> the per-example arguments of example i (default: index the mapped arguments)
   memory_bound: bool = False    # report its GB/s against the machine's copy bandwidth
+  flops: Callable[[int], float]|None = None   # the flops of a call at batch size N: its GFLOP/s reported against the core's FMA peak
   notes: str = ""
   extra: dict = field(default_factory=dict)
 
@@ -68,7 +69,8 @@ W2 = Workload(
   tg_hand=w2_tg,   # broadcasting makes the per-example code the batched code here
   np_hand=lambda X, w1, b1, w2, b2: np.maximum(X @ w1 + b1, 0) @ w2 + b2,
   jax_fn=lambda jax, jnp: (lambda x, w1, b1, w2, b2: jnp.maximum(x @ w1 + b1, 0) @ w2 + b2),
-  torch_fn=lambda torch: (lambda x, w1, b1, w2, b2: torch.relu(x @ w1 + b1) @ w2 + b2))
+  torch_fn=lambda torch: (lambda x, w1, b1, w2, b2: torch.relu(x @ w1 + b1) @ w2 + b2),
+  flops=lambda n: 2 * n * (64 * 64 + 64 * 8))   # the two matmuls' multiply-adds (bias and relu left out): 184 MFLOP at N=20000
 
 # ---------------------------------------------------------------- W3: stack then index (the sparse-Jacobian pattern)
 # per example x (4,): three rows x*C[k] stacked into a (3, 4) block, flattened, and the 4 structurally nonzero entries picked out

@@ -3,9 +3,10 @@ and checked against numpy in float64 (never timed):
 
 - a full unroll of a reduce stays within 32 lanes of the upcasts (codegen/opt/heuristic.py).
 - the matmul register tile (codegen/opt/heuristic_cpu.py's cpu_gemm_tile): a matmul whose N axis is unit-stride in B upcasts M and N
-  into a tile of accumulators and leaves the reduce rolled: a 4x16 float32 tile. The 0.12 line keeps vector ALUs for clang (8x16 with
-  AVX-512); the 0.14 line's accumulators are scalars in an array read and written a 32-byte vector at a time, which clang keeps in
-  vector registers (it builds without AVX-512).
+  into a tile of accumulators (8 vector registers) and leaves the reduce rolled: 4x16 float32 with AVX2, 8x16 with AVX-512, each ISA
+  forced in turn (isa()), never the host's. The 0.12 line keeps vector ALUs for clang; the 0.14 line's accumulators are scalars in an
+  array read and written a vector at a time, which clang keeps in vector registers: ymm, or zmm with AVX-512, where that kernel alone is
+  built with AVX-512 (codegen/late/cpu_vectors.py).
 - float8 loads and stores are declared 16-byte aligned (memory from numpy or from_blob is no more).
 - the cold branch (codegen/late/cold_branch.py): sin/cos/tan's Payne-Hanek reduction, which only |x| >= 30 takes, runs under an IF
   instead of on every element, bit for bit the select's results.
@@ -15,7 +16,7 @@ and checked against numpy in float64 (never timed):
 The 0.12 line's other rules need its vector ALUs: test/test_cpu_codegen.py (bench/analysis.md)."""
 from fork_topics import skip_module_unless
 skip_module_unless('cpu-codegen|cpu-heuristics', 'cpu-codegen|cpu-cold-branch')   # 0.14's cpu-codegen, 0.12's topics of it
-import math, platform, re, unittest
+import contextlib, math, platform, re, unittest, unittest.mock
 import numpy as np
 from tinygrad import Tensor, Device, dtypes, vmap
 from tinygrad.helpers import Context
@@ -71,20 +72,53 @@ def computed(fn, x:np.ndarray, dtype, cold:bool) -> np.ndarray:
     del ren.cold_branches   # back to the class's value
     fresh_compile()
 
-def tile(itemsize:int) -> list[tuple[OptOps, int]]:
-  """this line's tile: the rows (M) upcast first, then the columns (N), 64 bytes of them. 0.14's clang builds without AVX-512, so its
-  accumulators are always 256 bytes (8 ymm registers)"""
+HOST_AVX512 = platform.machine() in ("x86_64", "AMD64") and "avx512f" in open("/proc/cpuinfo").read().split()
+
+@contextlib.contextmanager
+def isa(vector_bytes:int):
+  """the matmul tile's vector registers forced to 32 bytes (AVX2's ymm) or 64 (AVX-512's zmm), whatever this machine has, with the
+  kernels built in this process (0.14 does its codegen in worker processes, which don't see the patch) and none cached from before.
+  0.14: cpu_vectors.tile_vector_bytes (the tile's shape follows it); 0.12: heuristic_cpu.cpu_tile_bytes, 8 registers of it"""
+  if LINEAR_SCHEDULE:
+    import tinygrad.codegen.late.cpu_vectors as cpu_vectors
+    patch = unittest.mock.patch.object(cpu_vectors, "tile_vector_bytes", lambda: vector_bytes)
+  else:
+    import tinygrad.codegen.opt.heuristic_cpu as heuristic_cpu
+    patch = unittest.mock.patch.object(heuristic_cpu, "cpu_tile_bytes", lambda: 8 * vector_bytes)
+  fresh_compile()
+  try:
+    with patch, Context(**({"PARALLEL": 0} if LINEAR_SCHEDULE else {})): yield
+  finally: fresh_compile()
+
+def tile(itemsize:int, vector_bytes:int=32) -> list[tuple[OptOps, int]]:
+  """the tile under isa(vector_bytes): the rows (M) upcast first, then the columns (N), 64 bytes of them; 8 registers of accumulators"""
   n = 64 // max(itemsize, 4)
-  return [(OptOps.UPCAST, min(8, (256 if LINEAR_SCHEDULE else cpu_tile_bytes()) // itemsize // n)), (OptOps.UPCAST, n)]
+  return [(OptOps.UPCAST, min(8, 8 * vector_bytes // itemsize // n)), (OptOps.UPCAST, n)]
 
 @unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU renderer's heuristics")
 class TestCPUGemmTile(unittest.TestCase):
-  def test_tile_float32(self): self.assertEqual(kernel_opts(Tensor.empty(64, 64) @ Tensor.empty(64, 64)), tile(4))
+  def test_tile_float32(self):
+    for vb, want in ((32, [(OptOps.UPCAST, 4), (OptOps.UPCAST, 16)]), (64, [(OptOps.UPCAST, 8), (OptOps.UPCAST, 16)])):
+      with self.subTest(vector_bytes=vb), isa(vb):
+        self.assertEqual(tile(4, vb), want)
+        self.assertEqual(kernel_opts(Tensor.empty(64, 64) @ Tensor.empty(64, 64)), want)
   def test_tile_float64(self):
-    self.assertEqual(kernel_opts(Tensor.empty(64, 64, dtype="float64") @ Tensor.empty(64, 64, dtype="float64")), tile(8))
+    for vb, want in ((32, [(OptOps.UPCAST, 4), (OptOps.UPCAST, 8)]), (64, [(OptOps.UPCAST, 8), (OptOps.UPCAST, 8)])):
+      with self.subTest(vector_bytes=vb), isa(vb):
+        self.assertEqual(kernel_opts(Tensor.empty(64, 64, dtype="float64") @ Tensor.empty(64, 64, dtype="float64")), want)
   def test_tile_of_a_vmapped_layer(self):
-    # bench W2's first kernel: each example's row times a shared weight is one matmul over the batch
-    self.assertEqual(kernel_opts(vmap(lambda x, w: x @ w, in_axes=(0, None))(Tensor.empty(256, 64), Tensor.empty(64, 64))), tile(4))
+    # bench W2's kernels: each example's row times a shared weight is one matmul over the batch; the second layer's N is 8 floats
+    layer = vmap(lambda x, w: x @ w, in_axes=(0, None))
+    for vb in (32, 64):
+      with self.subTest(vector_bytes=vb), isa(vb):
+        self.assertEqual(kernel_opts(layer(Tensor.empty(256, 64), Tensor.empty(64, 64))), tile(4, vb))
+        self.assertEqual(kernel_opts(layer(Tensor.empty(256, 64), Tensor.empty(64, 8))), [(OptOps.UPCAST, 8), (OptOps.UPCAST, 8)])
+  def test_rows_that_do_not_divide(self):
+    # M = 20 rows: 8 doesn't divide it, 4 does (AVX-512's tile falls back to AVX2's height); M = 6: 2 rows
+    for vb in (32, 64):
+      with self.subTest(vector_bytes=vb), isa(vb):
+        self.assertEqual(kernel_opts(Tensor.empty(20, 64) @ Tensor.empty(64, 64)), [(OptOps.UPCAST, 4), (OptOps.UPCAST, 16)])
+        self.assertEqual(kernel_opts(Tensor.empty(6, 64) @ Tensor.empty(64, 64)), [(OptOps.UPCAST, 2), (OptOps.UPCAST, 16)])
 
   def test_transposed_b_keeps_generic_opts(self):
     # N is not unit-stride in B.T: no tile, the generic upcasts (which unroll the reduce)
@@ -103,8 +137,23 @@ class TestCPUGemmTile(unittest.TestCase):
                                rtol=1e-5)
 
   def test_against_numpy(self):
+    # each ISA's tile, built and run here (AVX-512's only on a machine that has it), on sizes the tile divides and sizes it doesn't
+    for vb in (32, 64) if HOST_AVX512 or not LINEAR_SCHEDULE else (32,):
+      with self.subTest(vector_bytes=vb), isa(vb): self.check_against_numpy()
+    rng = np.random.default_rng(9)
+    x, w1, b1, w2, b2 = rng.standard_normal((1000, 64)), rng.standard_normal((64, 64)) / 8, rng.standard_normal(64) / 8, \
+      rng.standard_normal((64, 8)) / 8, rng.standard_normal(8) / 8
+    mlp = vmap(lambda x, w1, b1, w2, b2: (x @ w1 + b1).relu() @ w2 + b2, in_axes=(0, None, None, None, None))   # bench W2
+    for vb in (32, 64) if HOST_AVX512 or not LINEAR_SCHEDULE else (32,):
+      with self.subTest(vector_bytes=vb, fn="mlp"), isa(vb):
+        got = mlp(*[Tensor(a.astype(np.float32)) for a in (x, w1, b1, w2, b2)]).numpy()
+        f32 = [a.astype(np.float32).astype(np.float64) for a in (x, w1, b1, w2, b2)]
+        np.testing.assert_allclose(got, np.maximum(f32[0] @ f32[1] + f32[2], 0) @ f32[3] + f32[4], rtol=1e-4, atol=1e-5)
+
+  def check_against_numpy(self):
     rng = np.random.default_rng(7)
-    for m, k, n, dtype, tb in [(64, 64, 64, np.float32, False), (20, 64, 8, np.float32, False), (12, 5, 4, np.float32, False),
+    for m, k, n, dtype, tb in [(24, 64, 64, np.float32, False), (40, 9, 48, np.float32, False), (16, 17, 8, np.float64, False),
+                               (64, 64, 64, np.float32, False), (20, 64, 8, np.float32, False), (12, 5, 4, np.float32, False),
                                (36, 7, 24, np.float32, False), (8, 33, 48, np.float32, False), (3, 4, 5, np.float32, False),
                                (16, 16, 1, np.float32, False), (64, 64, 64, np.float64, False), (12, 5, 8, np.float64, False),
                                (64, 64, 64, np.float32, True)]:
@@ -245,15 +294,40 @@ class TestCPUScalarALUs(unittest.TestCase):
     np.testing.assert_equal(vmap(f)(Tensor(x)).numpy(), x * [2, 3, 4, 5])
 
   def test_tile_accumulators_move_as_vectors(self):
-    # the matmul tile's accumulator array is read and written a 32-byte vector at a time (memory_coalescing on a REG buffer), as are the
-    # global floats: clang keeps it in ymm registers and its FMAs 8 wide (4 scalar-element stores a lane each were xmm FMAs: bench W2 2x)
-    for dt, vec in ((dtypes.float32, "float8"), (dtypes.float64, "double4")):
-      with self.subTest(dtype=dt.name):
+    # the matmul tile's accumulator array is read and written a vector register at a time (memory_coalescing on a REG buffer), as are the
+    # global floats: clang keeps it in vector registers and its FMAs full width (4 scalar-element stores a lane each were xmm FMAs: bench
+    # W2 2x). AVX2: ymm (float8, double4); AVX-512: zmm (float16, double8), that kernel alone built with AVX-512
+    for vb, dt, vec in ((32, dtypes.float32, "float8"), (32, dtypes.float64, "double4"), (64, dtypes.float32, "float16"),
+                        (64, dtypes.float64, "double8")):
+      with self.subTest(vector_bytes=vb, dtype=dt.name), isa(vb):
         src = kernel_source(Tensor.empty(64, 64, dtype=dt) @ Tensor.empty(64, 64, dtype=dt))
         acc = re.search(r"(\w+) (buf\d+)\[(\d+)\] __attribute__\(\(aligned\(32\)\)\);", src)
         self.assertIsNotNone(acc, src)
+        self.assertEqual(int(acc[3]), 8 * vb // dt.itemsize)   # 8 registers of accumulators
         self.assertFalse(re.search(rf"\*\({acc[2]}\+\d+\) =", src), "a scalar store to the accumulators")
-        self.assertEqual(len(re.findall(rf"\*\(\({vec}\*\)\(\({acc[2]}\+\d+\)\)\) =", src)), 2 * int(acc[3]) * dt.itemsize // 32)
+        # zeroed before the reduce, accumulated in it, one vector store a register each time
+        self.assertEqual(len(re.findall(rf"\*\(\({vec}\*\)\(\({acc[2]}\+\d+\)\)\) =", src)), 2 * 8, src)
+        self.assertEqual('__attribute__((target("avx512f")))' in src, vb == 64)
+
+  def test_avx512_only_for_a_tile_whose_rows_fill_a_zmm(self):
+    # with AVX-512, a tile whose rows are 8 floats (bench W2's second layer, 64 -> 8) keeps ymm: a zmm across two rows took 0.21 -> 0.35 ms.
+    # Kernels that aren't a tile stay AVX2 (AVX-512's gathers: compiler_cpu.py)
+    with isa(64):
+      for name, t in (("64->8 layer", Tensor.empty(256, 64) @ Tensor.empty(64, 8)), ("row sums", (Tensor.empty(1000, 64) ** 2).sum(1)),
+                      ("elementwise", Tensor.empty(1000, 64) * 2 + 1)):
+        with self.subTest(name):
+          src = kernel_source(t)
+          self.assertNotIn("avx512f", src)
+          self.assertNotIn("float16", src)
+
+  def test_avx512_tile_assembly(self):
+    # what clang makes of AVX-512's tile: FMAs on zmm registers, each taking A's element as an embedded broadcast ({1to16}), and no
+    # spills of the accumulators to the stack
+    with isa(64): asm = clang_assembly(kernel_source(Tensor.empty(64, 64) @ Tensor.empty(64, 64)))
+    fmas = re.findall(r"vfmadd\w+\s+(.*)", asm)
+    self.assertTrue(fmas and all("zmm" in f for f in fmas), asm)
+    self.assertTrue(any("{1to16}" in f for f in fmas), asm)
+    self.assertNotRegex(asm, r"vmovups\s+%zmm\d+, -?\d*\(%rsp\)", "an accumulator spilled")
 
   def test_row_sums_keep_scalar_accumulators(self):
     # four rows' sums load 64 floats apart: a float4 of them was SLP across the rows (2x slower on bench W1); scalars, which the loop

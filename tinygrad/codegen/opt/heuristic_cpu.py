@@ -18,18 +18,25 @@ def renderer_device(ren:Renderer) -> str: return ren.device if LINE_012 else ren
 def stored(k:Scheduler) -> list[UOp]: return [u.src[0] for u in k.ast.backward_slice if u.op is Ops.STORE]
 def sum_of_products(op:Ops, x:UOp) -> bool: return op is Ops.ADD and x.op is Ops.MUL and all(s.op is Ops.INDEX for s in x.src)
 
-@functools.cache
 def cpu_tile_bytes() -> int:
   """the accumulators of the CPU matmul tile: 8 vector registers, 256 bytes with AVX2 (of its 16), 512 with AVX-512 (of its 32), whose
-  4x16 float32 tile was 1.5x slower than 8x16 (bench W2's first kernel, 1.08 -> 0.71 ms). clang targets this machine (-march=native)"""
+  4x16 float32 tile was 1.5x slower than 8x16 (bench W2's first kernel, 1.08 -> 0.71 ms). clang targets this machine (-march=native).
+  0.14: the tile's registers are cpu_vectors.tile_vector_bytes (zmm only where the CPU has AVX-512, its kernel alone built with it)"""
+  if not LINE_012:
+    from tinygrad.codegen.late import cpu_vectors
+    return 8 * cpu_vectors.tile_vector_bytes()
+  return host_tile_bytes()
+
+@functools.cache
+def host_tile_bytes() -> int:
   try: return 512 if platform.machine() in ("x86_64", "AMD64") and "avx512f" in pathlib.Path("/proc/cpuinfo").read_text().split() else 256
   except OSError: return 256
 
 def cpu_gemm_tile(k:Scheduler, tile_bytes:int|None=None) -> bool:
   """On the CPU, a matmul whose N axis is unit-stride in B gets a register tile of accumulators (cpu_tile_bytes: 8 vector registers, 8
   FMAs in flight) along N, and no unrolled reduce, which would chain each accumulator's adds: 2-5x the generic 4x4 tile with UNROLL on AVX2.
-  The 0.14 line's accumulators are scalars in an array it reads and writes a vector at a time (codegen/late/coalesce.py), which clang keeps
-  in ymm registers; it builds without AVX-512 and takes 256 bytes of them"""
+  The 0.14 line's accumulators are scalars in an array it reads and writes a vector at a time (codegen/late/cpu_vectors.py), which clang
+  keeps in vector registers: 4x16 floats in 8 ymm with AVX2, 8x16 in 8 zmm with AVX-512 (the broadcasts of A fold into the FMAs)"""
   if renderer_device(k.ren) != "CPU" or k.upcast_size() != 1 or len(k.reduceops) != 1 or len(k.ranges_of(AxisType.REDUCE)) != 1: return False
   if (red:=k.reduceop) is None: return False
   if not sum_of_products(red.arg[0], mul:=red.src[0]): return False
@@ -39,8 +46,10 @@ def cpu_gemm_tile(k:Scheduler, tile_bytes:int|None=None) -> bool:
     n = [ax for ax in k.upcastable_dims if (r:=k.rngs[ax]) not in ia.backward_slice and unit_stride(r, ib)]
     m = [ax for ax in k.upcastable_dims if (r:=k.rngs[ax]) in ia.backward_slice and r not in ib.backward_slice]
     if not n or not m or (n_amt:=next((x for x in (16, 8, 4) if x*sz <= 64 and k.full_shape[n[-1]] % x == 0), None)) is None: continue
-    # a quick build takes AVX2's tile: AVX-512's twice as tall one costs ~25 ms more codegen and clang (bench W2's first call)
-    if tile_bytes is None: tile_bytes = 256 if QUICK_OPTS else cpu_tile_bytes()
+    # a quick build takes AVX2's tile: AVX-512's twice as tall one costs ~25 ms more codegen and clang (bench W2's first call). 0.14: so
+    # does a renderer whose accumulators don't move as vectors (only clang's do: cpu_vectors.py), where a zmm tile would be 128 scalars
+    wide = LINE_012 or getattr(k.ren, "vector_bytes", 0)
+    if tile_bytes is None: tile_bytes = 256 if QUICK_OPTS or not wide else cpu_tile_bytes()
     if (m_amt:=next((x for x in (min(8, tile_bytes//sz//n_amt), 4, 2) if k.full_shape[m[-1]] % x == 0), None)) is None: continue
     n_rng = k.rngs[n[-1]]
     k.apply_opt(Opt(OptOps.UPCAST, m[-1], m_amt))
