@@ -1,6 +1,6 @@
 """Model-predictive control: examples/trajopt.py's iLQR in a closed loop, one car (or a fleet, vmapped) driving to a goal past obstacles.
 
-  python examples/mpc.py [--T 50] [--fleet B] [--iters 2] [--periods 400] [--plot]     (tinygrad 0.14; after `make demo`'s set-up)
+  DEV=CPU python examples/mpc.py [--T 50] [--fleet B] [--iters 2] [--periods 400] [--plot]     (tinygrad 0.14; after `make demo`'s set-up)
 
 The car and its cost are trajopt.py's (a kinematic bicycle, GOAL 12 m ahead, two OBSTACLES with a gap between them), but the
 controller sees only HORIZON_S = 3.5 s ahead, and the terminal cost wants the car stopped at the goal by the horizon's end: a plan
