@@ -70,3 +70,4 @@ bench: setup     ## the benchmark (bench/README.md): bench/RESULTS.md, docs/benc
 	$(if $(QUICK),,$(PIP) $$($(FORK) deps bench))
 	PYTHONPATH=. $(PYTHON) bench/run.py $(if $(QUICK),--quick) $(if $(DEVICE),--device $(DEVICE))
 	$(if $(DEVICE),,$(if $(shell UPSTREAM=$(UPSTREAM) $(FORK) flag bench_w7),PYTHONPATH=. $(PYTHON) bench/w7_trajopt.py $(if $(QUICK),--quick,--write)))   # W7, the trajectory optimizer (the lines whose bench_w7 says so)
+	$(if $(DEVICE),,$(if $(shell UPSTREAM=$(UPSTREAM) $(FORK) flag bench_w7),PYTHONPATH=. $(PYTHON) bench/w8_mpc.py $(if $(QUICK),--quick,--write)))   # W8, model-predictive control on W7's solver (the same lines)

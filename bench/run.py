@@ -1058,6 +1058,31 @@ step kept per problem. Every framework's iterates are checked against numpy floa
 {chr(10).join(lines)}
 """
 
+def render_w8() -> str:
+  """RESULTS.md's W8 section from bench/results-w8.json (bench/w8_mpc.py --write), when it has been measured"""
+  if not (path := BENCH/"results-w8.json").exists(): return ""
+  w8 = json.loads(path.read_text())
+  rows = w8["rows"]
+  base = {r["B"]: r["ms"] for r in rows if r["impl"] == "tinygrad"}
+  lines = ["| implementation | B | ms / period: median | worst | (each process's median) | ÷ tinygrad | first call ms | kernels / period |",
+           "|" + " --- |" * 8]
+  lines += [f"| {r['label']} | {r['B']} | {fmt(r['ms'], 3)} | {fmt(r['worst_ms'], 3)} | {', '.join(fmt(x, 3) for x in r.get('runs_ms', []))} | "
+            f"{fmt(r['ms'] / base[r['B']]) if r['B'] in base else '-'} | {fmt(r['first_ms'])} | {r.get('kernels', '-')} |" for r in rows]
+  r0 = rows[0]
+  return f"""## W8: model-predictive control, one control period
+
+examples/mpc.py's closed loop (bench/w8_mpc.py, measured {w8['date']}): B cars (1, then a fleet) drive to the goal past the obstacles;
+every control period each framework re-solves the T={r0['T']} knot horizon from the last plan shifted by one knot and the car's measured
+state (a rollout, then {r0['iters']} iLQR iterations of W7's algorithm), and the first control drives the numpy car one step. Float32,
+one thread and one core per framework, each in a fresh process (bench/run.py's environment), 3 processes each, in rounds. *ms / period*:
+the solve's wall time, state in to control out, median and worst of {r0['periods'] - 3} periods after 3 warm-up periods in the median
+process (the goal: under 1 ms at B=1; a worst far above every framework's median is the machine preempting the process); *first
+call*: the first period (tinygrad: graph building, scheduling, codegen, clang; JAX: trace and XLA compile). Each framework's closed loop
+is checked against numpy float64's (`python bench/w8_mpc.py`: controls and path to 5e-3).
+
+{chr(10).join(lines)}
+"""
+
 def write_results(d:dict):
   m, v = d["machine"], d["versions"]
   analysis = (BENCH/"analysis.md").read_text() if (BENCH/"analysis.md").exists() else ""
@@ -1139,6 +1164,7 @@ and a fresh compile. *ms / call*: median of 7 (3 at 10^6). Schedule and compile 
 ![time per call against N](../docs/bench.png)
 
 {render_w7()}
+{render_w8()}
 {analysis}
 """
   if d["errors"] or d["wrong"]:

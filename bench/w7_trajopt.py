@@ -59,15 +59,14 @@ def inv2(xp, m):
   a, b, c, d = m[..., 0, 0], m[..., 0, 1], m[..., 1, 0], m[..., 1, 1]
   return xp.stack([xp.stack([d, -b], -1), xp.stack([-c, a], -1)], -2) / (a * d - b * c)[..., None, None]
 
-def initial_trajectory(starts:np.ndarray, T:int) -> np.ndarray:
+def initial_trajectory(starts:np.ndarray, T:int, horizon_s:float=HORIZON_S) -> np.ndarray:
   """the rollout of zero controls (float64, as the tinygrad Solver and the numpy reference start)"""
-  return rollout_numpy(starts, np.zeros((len(starts), T, 2)), HORIZON_S / T)
+  return rollout_numpy(starts, np.zeros((len(starts), T, 2)), horizon_s / T)
 
 # ---- JAX: per problem, vmapped over problems, jitted
-def make_jax(jax, jnp, T:int, starts:np.ndarray, dtype=None):
-  """-> (state, iterate): state = (X (B,T+1,4), U (B,T,2), mu (B,), cost (B,)); iterate = jit(vmap(one iteration of one problem)).
-  dtype jnp.float64 needs jax_enable_x64 on."""
-  dtype, dt, lax = dtype or jnp.float32, HORIZON_S / T, jax.lax
+def jax_problem(jax, jnp, T:int, dtype, horizon_s:float=HORIZON_S):
+  """-> (iteration, trajectory_cost, step) for ONE problem: iteration(X, U, mu, cost) -> (X, U, mu, cost), not yet vmapped or jitted"""
+  dt, lax = horizon_s / T, jax.lax
   step, running_cost, terminal_cost = knot_functions(jnp, lambda x: jnp.maximum(x, 0), dt)
   alphas, eye2 = jnp.asarray(ALPHAS, dtype), jnp.eye(2, dtype=dtype)
   dynamics_jacobians = jax.vmap(jax.jacfwd(step, argnums=(0, 1)))                     # over knots
@@ -102,17 +101,24 @@ def make_jax(jax, jnp, T:int, starts:np.ndarray, dtype=None):
     better = costs[best] < cost
     return (jnp.where(better, Xc[best], X), jnp.where(better, Uc[best], U),
             jnp.where(better, jnp.maximum(mu / MU_DOWN, MU_MIN), jnp.minimum(mu * MU_UP, MU_MAX)), jnp.where(better, costs[best], cost))
+  return iteration, trajectory_cost, step
 
+def make_jax(jax, jnp, T:int, starts:np.ndarray, dtype=None):
+  """-> (state, iterate): state = (X (B,T+1,4), U (B,T,2), mu (B,), cost (B,)); iterate = jit(vmap(one iteration of one problem)).
+  dtype jnp.float64 needs jax_enable_x64 on."""
+  dtype = dtype or jnp.float32
+  iteration, trajectory_cost, _ = jax_problem(jax, jnp, T, dtype)
   X = jnp.asarray(initial_trajectory(starts, T), dtype)
   U = jnp.zeros((len(starts), T, 2), dtype)
   state = (X, U, jnp.full((len(starts),), MU0, dtype), jax.jit(jax.vmap(trajectory_cost))(X, U))
   return state, jax.jit(jax.vmap(lambda s: iteration(*s)))
 
 # ---- PyTorch: torch.func for the derivatives, eager batched ops in Python loops for the recursions
-def make_torch(torch, T:int, starts:np.ndarray, dtype=None):
-  """-> (state, iterate) as make_jax's, torch tensors; iterate(state) -> state"""
+def make_torch(torch, T:int, starts:np.ndarray, dtype=None, horizon_s:float=HORIZON_S):
+  """-> (state, iterate) as make_jax's, torch tensors; iterate(state) -> state; iterate.batched_step(x (..., 4), u (..., 2)) and
+  iterate.trajectory_costs(X (..., T+1, 4), U (..., T, 2)) are its batched pieces"""
   from torch.func import vmap, jacfwd, jacrev, hessian
-  dtype, dt, B, nA = dtype or torch.float32, HORIZON_S / T, len(starts), len(ALPHAS)
+  dtype, dt, B, nA = dtype or torch.float32, horizon_s / T, len(starts), len(ALPHAS)
   step, running_cost, terminal_cost = knot_functions(torch, torch.relu, dt)
   alphas, eye2 = torch.tensor(ALPHAS, dtype=dtype), torch.eye(2, dtype=dtype)
   # over problems x knots, flattened into one batch: one vmap level (nesting two was no faster), a fixed number of ops whatever B and T.
@@ -167,7 +173,8 @@ def make_torch(torch, T:int, starts:np.ndarray, dtype=None):
     return (torch.where(better[:, None, None], Xc[rows, best], X), torch.where(better[:, None, None], Uc[rows, best], U),
             torch.where(better, (mu / MU_DOWN).clamp(min=MU_MIN), (mu * MU_UP).clamp(max=MU_MAX)), torch.where(better, best_cost, cost))
 
-  X = torch.tensor(initial_trajectory(starts, T), dtype=dtype)
+  iterate.batched_step, iterate.trajectory_costs = batched_step, trajectory_costs
+  X = torch.tensor(initial_trajectory(starts, T, horizon_s), dtype=dtype)
   U = torch.zeros(B, T, 2, dtype=dtype)
   with torch.no_grad(): cost = trajectory_costs(X, U)
   return (X, U, torch.full((B,), MU0, dtype=dtype), cost), iterate
@@ -270,28 +277,39 @@ def measure(impl:str, T:int, B:int, warmup:int=3, reps:int=9) -> dict:
   if impl == "tinygrad": row["kernels"] = iterate.solver.kernels_per_iteration()
   return row
 
-def write(T:int, B:int) -> list[dict]:
-  """each framework in a fresh process on one core with bench/run.py's environment; bench/results-w7.json, then RESULTS.md"""
+def process_rows(script:str, name:str, impls:list[str], T:int, B:int, unit:str) -> list[dict]:
+  """`script --only IMPL --T T --B B --no-check --row` for each framework in a fresh process on one core with bench/run.py's
+  environment, RUNS rounds; per framework the median process's row, with every process's ms (and first call) beside it"""
   import json, subprocess
-  from run import THREAD_ENV, have
+  from run import THREAD_ENV
   rows = []
   env = {**os.environ, **THREAD_ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "bench")])}
-  impls = [i for i in IMPLS if i == "tinygrad" or have(i)]
   runs: dict[str, list[dict]] = {impl: [] for impl in impls}
   for _ in range(RUNS):   # rounds of every framework: a fresh process's steady iteration swings up to 1.7x from one process to the next
     for impl in impls:
-      p = subprocess.run([sys.executable, __file__, "--only", impl, "--T", str(T), "--B", str(B), "--no-check", "--row"], env=env,
+      p = subprocess.run([sys.executable, script, "--only", impl, "--T", str(T), "--B", str(B), "--no-check", "--row"], env=env,
                          capture_output=True, text=True, cwd=ROOT)
       row = next((json.loads(l[6:]) for l in p.stdout.splitlines() if l.startswith("@@ROW ")), None)
-      if row is None: raise RuntimeError(f"W7 {impl} failed:\n{p.stdout}\n{p.stderr[-3000:]}")
+      if row is None: raise RuntimeError(f"{name} {impl} failed:\n{p.stdout}\n{p.stderr[-3000:]}")
       runs[impl].append(row)
   for impl in impls:
     row = sorted(runs[impl], key=lambda r: r["ms"])[len(runs[impl]) // 2]   # the median process
     rows.append({**row, "runs_ms": [r["ms"] for r in runs[impl]], "first_runs_ms": [r["first_ms"] for r in runs[impl]]})
-    print(f"  W7 {row['label']:60s} {row['ms']:8.2f} ms per iteration (runs {', '.join(f'{r:.1f}' for r in rows[-1]['runs_ms'])}), "
+    print(f"  {name} {row['label']:60s} B={B:<4d} {row['ms']:8.3f} ms per {unit} (runs {', '.join(f'{r:.3f}' for r in rows[-1]['runs_ms'])}), "
           f"first call {row['first_ms']:8.0f} ms", flush=True)
-  (ROOT / "bench" / "results-w7.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1) + "\n")
+  return rows
+
+def write_results(name:str, rows:list[dict]):
+  """bench/results-NAME.json, then RESULTS.md (bench/run.py --render)"""
+  import json, subprocess
+  (ROOT / "bench" / f"results-{name}.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1) + "\n")
   subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--render"], check=True, cwd=ROOT)
+
+def write(T:int, B:int) -> list[dict]:
+  """each framework in a fresh process on one core with bench/run.py's environment; bench/results-w7.json, then RESULTS.md"""
+  from run import have
+  rows = process_rows(__file__, "W7", [i for i in IMPLS if i == "tinygrad" or have(i)], T, B, "iteration")
+  write_results("w7", rows)
   return rows
 
 def main() -> int:

@@ -134,8 +134,8 @@ class PackedBuffer:
 
 class Solver:
   """iLQR over a batch of problems that differ in their start pose; `iterate` is one iteration, replayed by TinyJit"""
-  def __init__(self, starts:np.ndarray, T:int, dtype:DType=dtypes.float32):
-    self.B, self.T, self.dt, self.dtype = len(starts), T, HORIZON_S / T, dtype
+  def __init__(self, starts:np.ndarray, T:int, dtype:DType=dtypes.float32, horizon_s:float=HORIZON_S):
+    self.B, self.T, self.dt, self.dtype = len(starts), T, horizon_s / T, dtype
     dt = self.dt
     self.alphas = Tensor(ALPHAS, dtype=dtype).realize()
     # per knot, written once: batched over the knots of one problem by vmap, then over the problems
@@ -228,11 +228,23 @@ class Solver:
 
   def kernels_per_iteration(self) -> int:
     """the kernels (and copies) TinyJit replays per iteration, once it has captured one (its third call)"""
-    captured = self.iterate.captured
-    if LINE_012: return len(captured.jit_cache)                                # tinygrad 0.12: a list of ExecItems
-    # 0.14: CALLs, graphs of CALLs, or one command buffer of them all (hcq: TinyJit's CPU graph)
-    return sum(len(c.src[0].src[0].src) if c.src[0].arg == "graph" else len(c.arg.aux.kernels) if c.src[0].arg == "hcq" else 1
-               for c in captured.linear.src)
+    return jit_kernels(self.iterate)
+
+  def warm_start(self, x0:Tensor):
+    """model-predictive control's warm start (examples/mpc.py), 0.14 only: the nominal controls shifted by one knot (the last one
+    repeated), rolled out from the new start states x0 (B, 4) by one more scan kernel, the damping back to MU0. Realizes into the
+    solver's buffers, so a TinyJit around it and `_iterate` replays both"""
+    B, dt = self.B, self.dt
+    U = self.U[:, 1:].cat(self.U[:, -1:], dim=1)
+    def body(c:list[Tensor], u:list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+      xn = step(c[0], u[0], dt)
+      return [xn], [xn]
+    if (ret:=scan_kernel(body, [x0.cast(self.dtype)], [U], self.T, batch=B)) is None:
+      raise RuntimeError("the rollout did not fuse into one kernel (DEBUG=2 says why)")
+    X = x0.cast(self.dtype).reshape(B, 1, 4).cat(ret[1][0], dim=1)
+    new_state = [t.contiguous() for t in (X, U, Tensor.full((B,), MU0, dtype=self.dtype), self.trajectory_cost(X, U))]
+    Tensor.realize(*new_state)
+    Tensor.realize(*(old.assign(new) for old, new in zip((self.X, self.U, self.mu, self.cost), new_state)))
 
   def _iterate(self) -> Tensor:
     X, U = self.X, self.U
@@ -253,6 +265,13 @@ class Solver:
     Tensor.realize(*new_state)
     Tensor.realize(*(old.assign(new) for old, new in zip((X, U, self.mu, self.cost), new_state)))
     return self.cost
+
+def jit_kernels(jit:TinyJit) -> int:
+  """the kernels (and copies) a TinyJit replays per call, once it has captured one (its third call)"""
+  if LINE_012: return len(jit.captured.jit_cache)                           # tinygrad 0.12: a list of ExecItems
+  # 0.14: CALLs, graphs of CALLs, or one command buffer of them all (hcq: TinyJit's CPU graph)
+  return sum(len(c.src[0].src[0].src) if c.src[0].arg == "graph" else len(c.arg.aux.kernels) if c.src[0].arg == "hcq" else 1
+             for c in jit.captured.linear.src)
 
 def rollout_numpy(starts:np.ndarray, U:np.ndarray, dt:float) -> np.ndarray:
   """the states a start pose and controls give: the initial trajectory (controls zero)"""

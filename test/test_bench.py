@@ -6,6 +6,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT/"bench"))
 from workloads import WORKLOADS  # noqa: E402
+from vmap_oracle import LINE_012  # noqa: E402
 
 def quick(*args:str) -> subprocess.CompletedProcess:
   env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -24,17 +25,29 @@ class TestBenchQuick(unittest.TestCase):
       self.assertRegex(p.stdout, rf"\| {w} \| tinygrad vmap \(TinyJit\) \|.*\| ok \|")
     self.assertIn("workloads: " + ", ".join(WORKLOADS), p.stdout)
 
+  def smoke(self, script:str) -> str:
+    """a bench script's --quick run (what `make bench QUICK=1` runs): exits 0 and ends in PASS; its stdout"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("DEBUG", None)
+    p = subprocess.run([sys.executable, str(ROOT/"bench"/script), "--quick"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    self.assertEqual(p.returncode, 0, p.stdout[-4000:] + p.stderr[-4000:])
+    self.assertTrue(p.stdout.rstrip().endswith("PASS"), p.stdout[-2000:])
+    return p.stdout
+
   def test_w7_quick_run(self):
     # W7's smoke run: the trajectory optimizer's iteration in tinygrad (and JAX, torch where installed) timed small, each checked
     # against the numpy iLQR of test/test_trajopt.py
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("DEBUG", None)
-    p = subprocess.run([sys.executable, str(ROOT/"bench"/"w7_trajopt.py"), "--quick"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=600)
-    self.assertEqual(p.returncode, 0, p.stdout[-4000:] + p.stderr[-4000:])
-    self.assertRegex(p.stdout, r"tinygrad TinyJit .* ms per iteration, first call .* ms, \d+ kernels")
-    self.assertRegex(p.stdout, r"tinygrad float64 problem 2: final cost")
-    self.assertTrue(p.stdout.rstrip().endswith("PASS"), p.stdout[-2000:])
+    out = self.smoke("w7_trajopt.py")
+    self.assertRegex(out, r"tinygrad TinyJit .* ms per iteration, first call .* ms, \d+ kernels")
+    self.assertRegex(out, r"tinygrad float64 problem 2: final cost")
+
+  def test_w8_quick_run(self):
+    # W8's smoke run: examples/mpc.py's closed loop per control period in tinygrad (and JAX, torch where installed) timed small, each
+    # framework's closed loop checked against numpy's
+    if LINE_012: self.skipTest("W8 runs examples/mpc.py, which needs scan (tinygrad 0.14)")
+    out = self.smoke("w8_mpc.py")
+    self.assertRegex(out, r"tinygrad TinyJit .* median .* ms, worst .* ms per period \(8 periods\), first call .* ms, 51 kernels")
+    self.assertRegex(out, r"tinygrad: applied controls err max")
 
   def test_gpu_table_tried_on_the_cpu(self):
     # the GPU table's code path (--device: every row on one device, batches 10x, BEAM=2's own row), tried out on the CPU device

@@ -30,6 +30,13 @@ class TestExamples(unittest.TestCase):
     # the kernel count doesn't grow with the trajectory
     self.assertEqual(len(set(re.findall(r"(\d+) kernels", out))), 1, out)
 
+  def test_mpc(self):
+    out = self.run_example("mpc.py", DEV="CPU")
+    if LINE_012: return self.assertIn("needs tinygrad 0.14", out)
+    self.assertTrue(out.rstrip().endswith("PASS"), out)
+    self.assertRegex(out, r"2 iLQR iterations per control period: 51 kernels per period")
+    self.assertRegex(out, r"solve per control period \(TinyJit, \d+ periods after 3\): median [\d.]+ ms, worst [\d.]+ ms")
+
   def test_debug_rangeify(self):
     out = self.run_example("debug_rangeify.py", DEBUG_RANGEIFY="1")
     self.assertIn("Ops.VMAPOUT", out)

@@ -138,5 +138,38 @@ class TestTrajopt(unittest.TestCase):
       # a fixed number of kernels, whatever T and B
       for T, B in ((8, 2), (8, 5), (40, 2)): self.assertEqual(iteration_kernels(T, B), 21, f"T={T} B={B}")
 
+def mpc_period_numpy(x, U_prev, iters, dt):
+  """one control period of examples/mpc.py, by hand: the last plan's controls shifted by one knot, rolled out from the state x, the
+  damping reset, then `iters` iLQR iterations"""
+  U = np.concatenate([U_prev[1:], U_prev[-1:]])
+  X = [np.asarray(x, np.float64)]
+  for t in range(len(U)): X.append(dynamics(X[-1], U[t], dt))
+  X, mu = np.stack(X), MU0
+  for _ in range(iters): X, U, mu = ilqr_iteration(X, U, mu, dt)
+  return X, U
+
+@unittest.skipIf(LINE_012, "examples/mpc.py needs scan (tinygrad 0.14)")
+class TestMPC(unittest.TestCase):
+  def test_periods_match_numpy(self):
+    # a short closed loop: each period's solve in float32 against numpy's iLQR in float64 from the same warm start (the plan the
+    # solver held before the period, the car's state), to float32's tolerance (the largest error seen: 1.2e-4)
+    import mpc
+    T, B, iters = 20, 3, 2
+    x = trajopt.start_poses(B, seed=1)
+    controller = mpc.Controller(x, T, iters)
+    for _ in range(6):
+      U_prev = controller.solver.U.numpy().astype(np.float64)
+      u = controller(x)
+      X_got, U_got = controller.plan()
+      np.testing.assert_array_equal(u, U_got[:, 0])
+      for b in range(B):
+        X, U = mpc_period_numpy(x[b], U_prev[b], iters, controller.dt)
+        np.testing.assert_allclose(U_got[b], U, atol=1e-3)
+        np.testing.assert_allclose(X_got[b], X, atol=1e-3)
+      x = dynamics(x, u.clip(-mpc.LIMITS, mpc.LIMITS), controller.dt)
+    # a period's kernels: the warm start's (the rollout one scan kernel) and 21 an iteration, whatever T and B (test_examples' test_mpc:
+    # the same at T=50, B=1)
+    self.assertEqual(controller.kernels_per_period(), 9 + iters * 21)
+
 if __name__ == "__main__":
   unittest.main()
