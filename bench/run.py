@@ -1040,14 +1040,14 @@ def render_w7() -> str:
   if not (path := BENCH/"results-w7.json").exists(): return ""
   w7 = json.loads(path.read_text())
   rows = w7["rows"]
-  base = next((r["ms"] for r in rows if r["impl"] == "tinygrad"), None)
-  lines = ["| implementation | ms / iteration | (each process) | ÷ tinygrad | first call ms | kernels / iteration |", "|" + " --- |" * 6]
-  lines += [f"| {r['label']} | {fmt(r['ms'])} | {', '.join(fmt(x) for x in r.get('runs_ms', []))} | {fmt(r['ms'] / base) if base else '-'} | "
-            f"{fmt(r['first_ms'])} | {r.get('kernels', '-')} |" for r in rows]
-  T, B = rows[0]["T"], rows[0]["B"]
+  base = {(r["T"], r["B"]): r["ms"] for r in rows if r["impl"] == "tinygrad"}
+  lines = ["| T | B | implementation | ms / iteration | (each process) | ÷ tinygrad | first call ms | kernels / iteration |", "|" + " --- |" * 8]
+  lines += [f"| {r['T']} | {r['B']} | {r['label']} | {fmt(r['ms'])} | {', '.join(fmt(x) for x in r.get('runs_ms', []))} | "
+            f"{fmt(r['ms'] / b) if (b:=base.get((r['T'], r['B']))) else '-'} | {fmt(r['first_ms'])} | {r.get('kernels', '-')} |" for r in rows]
+  sizes = ", ".join(dict.fromkeys(f"T={r['T']} B={r['B']}" for r in rows))
   return f"""## W7: a trajectory optimizer, one iteration
 
-examples/trajopt.py's iLQR (bench/w7_trajopt.py, measured {w7['date']}): one iteration over B={B} problems of T={T} knots, float32, one
+examples/trajopt.py's iLQR (bench/w7_trajopt.py, measured {w7['date']}): one iteration over B problems of T knots ({sizes}), float32, one
 thread and one core per framework, each in a fresh process (bench/run.py's environment), 3 processes each, in rounds. *ms / iteration*:
 median of 9 after 3 warm-up iterations (TinyJit captures on the 2nd) in the median process, then each process's; *first call*: the
 first iteration of that process (tinygrad: graph building, scheduling,

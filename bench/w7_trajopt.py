@@ -4,8 +4,9 @@ against the same algorithm written the way a user of JAX and of PyTorch would wr
 
   PYTHONPATH=. python bench/w7_trajopt.py                # time every framework (T=200, B=256), then check each against numpy
   PYTHONPATH=. python bench/w7_trajopt.py --only jax --T 100 --B 64
-  PYTHONPATH=. python bench/w7_trajopt.py --write        # each framework in a fresh process on one core (bench/run.py's THREAD_ENV):
-                                                         # bench/results-w7.json, then RESULTS.md's W7 section (`make bench`)
+  PYTHONPATH=. python bench/w7_trajopt.py --write        # each framework in a fresh process on one core (bench/run.py's THREAD_ENV), at
+                                                         # T in {100, 200}, B in {1, 16, 256}: bench/results-w7.json, then RESULTS.md's
+                                                         # W7 section (`make bench`)
   PYTHONPATH=. python bench/w7_trajopt.py --quick        # CI's smoke run (`make bench QUICK=1`): small, every row checked
 
 make_tinygrad: examples/trajopt.py's Solver: vmap(jacfwd)/vmap(jacrev)/vmap(hessian) derivatives, the recursions as one traced step
@@ -305,10 +306,14 @@ def write_results(name:str, rows:list[dict]):
   (ROOT / "bench" / f"results-{name}.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1) + "\n")
   subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--render"], check=True, cwd=ROOT)
 
-def write(T:int, B:int) -> list[dict]:
-  """each framework in a fresh process on one core with bench/run.py's environment; bench/results-w7.json, then RESULTS.md"""
+GRID = tuple((T, B) for T in (100, 200) for B in (1, 16, 256))   # the sizes RESULTS.md's W7 table has, from one run
+
+def write(grid:tuple[tuple[int, int], ...]=GRID) -> list[dict]:
+  """each framework in a fresh process on one core with bench/run.py's environment, at each (T, B) of grid; bench/results-w7.json,
+  then RESULTS.md"""
   from run import have
-  rows = process_rows(__file__, "W7", [i for i in IMPLS if i == "tinygrad" or have(i)], T, B, "iteration")
+  impls = [i for i in IMPLS if i == "tinygrad" or have(i)]
+  rows = [r for T, B in grid for r in process_rows(__file__, f"W7 T={T}", impls, T, B, "iteration")]
   write_results("w7", rows)
   return rows
 
@@ -318,14 +323,16 @@ def main() -> int:
   parser.add_argument("--T", type=int, default=200, help="knots for the timing")
   parser.add_argument("--B", type=int, default=256, help="problems for the timing")
   parser.add_argument("--quick", action="store_true", help="CI's smoke run: T=20, B=4, three warm-up (TinyJit captures on the 2nd) and two timed calls, then the check")
-  parser.add_argument("--write", action="store_true", help="a fresh process per framework, bench/results-w7.json and RESULTS.md")
+  parser.add_argument("--write", action="store_true", help="a fresh process per framework at T in {100, 200} and B in {1, 16, 256} "
+                      "(--sizes: --T and --B only), bench/results-w7.json and RESULTS.md")
+  parser.add_argument("--sizes", action="store_true", help="with --write, time --T and --B only")
   parser.add_argument("--no-check", action="store_true", help="the timing only")
   parser.add_argument("--row", action="store_true", help=argparse.SUPPRESS)
   args = parser.parse_args()
   from run import have
   impls = [args.only] if args.only else [i for i in IMPLS if i == "tinygrad" or have(i)]
   if missing := [i for i in IMPLS if i not in impls and not args.only]: print(f"skipping {', '.join(missing)}: not installed")
-  if args.write: write(args.T, args.B)
+  if args.write: write(((args.T, args.B),) if args.sizes else GRID)
   else:
     T, B, warmup, reps = (20, 4, 3, 2) if args.quick else (args.T, args.B, 3, 9)
     print(f"time: one iteration, T={T} knots, B={B} problems, float32, one thread (median of {reps} after {warmup} warm-up calls)")
