@@ -108,6 +108,13 @@ class TestScan(VmapTestCase):
     self.assert_close(carry.numpy(), np.array(want_c))
     self.assert_close(ys.numpy(), want)
 
+  def test_unroll_is_accepted(self):
+    # JAX's performance hint: the same results whatever it is
+    xs = rand(6, 2)
+    for unroll in (1, 3, True):
+      _, ys = scan(lambda c, x: (c * 0.5 + x, c), Tensor.zeros(2, dtype="float64"), Tensor(xs), unroll=unroll)
+      self.assert_close(ys.numpy(), np_scan(lambda c, x: (c * 0.5 + x, c), np.zeros(2), xs)[1])
+
   def test_nested_scans(self):
     xs = rand(4, 3)
     def outer(c, row): return scan(lambda ci, x: (ci * 0.5 + x, None), c, row)[0], c
@@ -155,6 +162,9 @@ class TestScanErrors(VmapTestCase):
 
   def test_not_a_pair(self):
     with self.assertRaisesRegex(TypeError, "scan body output must be a pair"): scan(lambda c, x: c + x, self.C0, self.A)
+
+  def test_bad_unroll(self):
+    with self.assertRaisesRegex(ValueError, "unroll must be a positive int"): scan(lambda c, x: (c, x), self.C0, self.A, unroll=0)
 
   def test_not_a_tensor(self):
     with self.assertRaisesRegex(TypeError, r"init\[1\] is a str"): scan(lambda c, x: (c, None), (self.C0, "a"), self.A)

@@ -178,13 +178,14 @@ def _lower(step:Callable, init:list[Tensor], xs:list[Tensor], length:int, revers
     return fused
   return _unrolled(step, init, xs, length, reverse)
 
-def scan(f:Callable, init, xs=None, length:int|None=None, reverse:bool=False):
+def scan(f:Callable, init, xs=None, length:int|None=None, reverse:bool=False, unroll:int|bool=1):
   """
   Loops `carry, y = f(carry, x)` over the leading axis of xs and returns `(carry, ys)`, the last carry and the ys stacked on a new axis 0,
   with jax.lax.scan's semantics: init, xs and ys are pytrees (tuples, lists, dicts of Tensors, None an empty subtree); each x is an index
   of every xs leaf; `length` is the number of steps where xs is None; `reverse=True` runs from the last x to the first, and ys[i] is
   still xs[i]'s y; a y of None gives ys None. The carry must keep its structure, shapes and dtypes (a TypeError names the leaf); a
-  Python number in init is weakly typed, so it takes the dtype f gives it. numpy arrays and Python numbers become Tensors.
+  Python number in init is weakly typed, so it takes the dtype f gives it. numpy arrays and Python numbers become Tensors. `unroll`
+  is taken as JAX takes it (a positive int, or a bool) and changes nothing: the steps are a loop in one kernel, or one kernel each.
 
   ```python
   from tinygrad import Tensor, scan
@@ -192,6 +193,8 @@ def scan(f:Callable, init, xs=None, length:int|None=None, reverse:bool=False):
   ```
   """
   if not callable(f): raise TypeError(f"scan expects a function f(carry, x) -> (carry, y), got {f!r}")
+  if not isinstance(unroll, (bool, int)) or (not isinstance(unroll, bool) and unroll < 1):
+    raise ValueError(f"scan: unroll must be a positive int or a bool, got {unroll!r}")
   init, xs = tree_map(lambda v, _s, p: None if v is None else _as_tensor(v, p), init, None, "init"), \
     tree_map(lambda v, _s, p: None if v is None else _as_tensor(v, p), xs, None, "xs")
   carry_paths, init_leaves = _leaves(init, "carry")
