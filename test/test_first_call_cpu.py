@@ -152,7 +152,7 @@ class TestProgramCache(unittest.TestCase):
 @skip_unless('program-cache')
 class TestUPatCompileAfter(unittest.TestCase):
   def test_interpreted_then_compiled_same_programs(self):
-    # patterns interpreted for their first tries (UPAT_COMPILE_AFTER, default 64) and compiled from the first: the same PROGRAMs
+    # patterns interpreted for their first tries (UPAT_COMPILE_AFTER, default 16) and compiled from the first: the same PROGRAMs
     code = BUILD.replace("EXPR_NP", "np.exp(x - w).sum()").replace("EXPR", "(X - W).exp().sum()")
     env = {"CCACHE": "0", "DEBUG": "0"}
     first, late = (run_fresh(code, last=2, env={**env, "UPAT_COMPILE_AFTER": n}).split() for n in ("0", "1000000"))
