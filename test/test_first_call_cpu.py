@@ -94,7 +94,7 @@ print(built[0], ",".join(sorted(p.key.hex() for p in cg.to_program_cache.values(
 @skip_unless('program-cache')
 class TestProgramCache(unittest.TestCase):
   """the PROGRAMs kept across processes (codegen/program_cache.py): a hit is the PROGRAM a miss builds; any change of what the codegen
-  reads (the kernel, an environment variable, a Context, the sources) misses; CCACHE=0 and PROGRAM_CACHE=0 build every kernel. The
+  reads (the kernel, an environment variable, a Context, the sources) misses; CCACHE=0, PROGRAM_CACHE=0, CACHELEVEL=0 build every kernel. The
   other tests run with PROGRAM_CACHE=0 (conftest.py): a mock of a codegen function is not in the key"""
   def setUp(self):
     self.tmp = tempfile.TemporaryDirectory()
@@ -134,12 +134,13 @@ class TestProgramCache(unittest.TestCase):
     self.run_kernel()
     self.assertEqual(self.run_kernel(CCACHE="0")[0], 1)
     self.assertEqual(self.run_kernel(PROGRAM_CACHE="0")[0], 1)
+    self.assertEqual(self.run_kernel(CACHELEVEL="0")[0], 1)
 
   def test_key(self):
     from tinygrad.codegen import program_cache as pc
     ast, ren = UOp.sink(UOp.const(1.0, dtypes.float)), Device["CPU"].renderer
-    self.assertIn("ALIGNED", pc.env_names(pc._sources()))
-    self.assertIn("NOOPT", pc.env_names(pc._sources()))
+    self.assertIn("ALIGNED", pc.env_names(tuple(pc._sources())))
+    self.assertIn("NOOPT", pc.env_names(tuple(pc._sources())))
     key = pc.program_key(ast, ren)
     self.assertEqual(key, pc.program_key(ast, ren))
     self.assertNotEqual(key, pc.program_key(UOp.sink(UOp.const(2.0, dtypes.float)), ren))

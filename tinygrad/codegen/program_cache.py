@@ -2,9 +2,9 @@
 # tinygrad's disk cache, so a process's first call of a kernel built before skips its Python codegen as well as its clang. Upstream's
 # compile cache keys binaries by their source, which a process only has after the codegen: most of a first call on 0.14.
 from __future__ import annotations
-import functools, hashlib, os, pathlib, platform, re, shutil, sys
+import functools, hashlib, os, pathlib, pickle, platform, re, shutil, sqlite3, sys
 from typing import Callable
-from tinygrad.helpers import CCACHE, DEBUG, VIZ, ContextVar, diskcache_get, diskcache_put, getenv
+from tinygrad.helpers import CACHELEVEL, CCACHE, DEBUG, VIZ, ContextVar, diskcache_get, diskcache_put, getenv
 
 # on with CCACHE (CCACHE=0, a cold compile, turns both off) and the disk cache (CACHELEVEL>=1); PROGRAM_CACHE=0 turns this one off alone
 PROGRAM_CACHE = ContextVar("PROGRAM_CACHE", 1)
@@ -23,9 +23,10 @@ def _sources() -> list[tuple[str, int, int]]:
       if fn.endswith(".py"): ret.append((os.path.relpath(p:=os.path.join(dp, fn), ROOT), (st:=os.stat(p)).st_size, st.st_mtime_ns))
   return ret
 
-def env_names(sources:list[tuple[str, int, int]]) -> tuple[str, ...]:
+@functools.cache
+def env_names(sources:tuple[tuple[str, int, int], ...]) -> tuple[str, ...]:
   """the names the sources read, scanned once per version of the sources (kept in the disk cache: the scan reads 2 MB)"""
-  skey = hashlib.sha256(repr(sources).encode()).hexdigest()
+  skey = hashlib.sha256(repr(list(sources)).encode()).hexdigest()
   if (names:=diskcache_get(TABLE+"_env_names", skey)) is None:
     names = tuple(sorted({n for f, _, _ in sources for n in ENV_NAME.findall((ROOT/f).read_text(errors="replace"))}))
     diskcache_put(TABLE+"_env_names", skey, names)
@@ -52,14 +53,19 @@ def program_key(ast, renderer) -> str:
   ContextVar's value now (Context included), every environment variable tinygrad reads by name, the sources and the machine"""
   srcs, mach, names = _process_key()
   ctxvars = tuple((k, repr(ContextVar._cache[k].value)) for k in names)
-  env = tuple((n, os.environ.get(n)) for n in env_names(list(srcs)))
+  env = tuple((n, os.environ.get(n)) for n in env_names(srcs))
   ren = (type(renderer).__module__, type(renderer).__qualname__, repr(renderer.target))
   return hashlib.sha256(repr((ast.key, ren, ctxvars, env, srcs, mach)).encode()).hexdigest()
 
-def enabled() -> bool: return bool(PROGRAM_CACHE) and bool(CCACHE) and not VIZ and DEBUG < 3   # DEBUG>=3 and VIZ show the codegen
+def enabled() -> bool:   # DEBUG>=3 and VIZ show the codegen
+  return bool(PROGRAM_CACHE) and bool(CCACHE) and CACHELEVEL >= 1 and not VIZ and DEBUG < 3
 
 def cached_to_program(ast, renderer, build:Callable):
   """build(ast, renderer), or the PROGRAM an earlier process built from the same key"""
   if not enabled(): return build(ast, renderer)
   if (prg:=diskcache_get(TABLE, key:=program_key(ast, renderer))) is not None: return prg
-  return diskcache_put(TABLE, key, build(ast, renderer))
+  prg = build(ast, renderer)
+  # a PROGRAM that doesn't pickle, or a disk cache that can't be written, is only not kept
+  try: diskcache_put(TABLE, key, prg)
+  except (pickle.PicklingError, TypeError, AttributeError, sqlite3.Error): pass
+  return prg
