@@ -18,7 +18,8 @@ for speed and keeps tinygrad's caches across rows, so its first calls aren't col
 row that must run crashes; rows of frameworks that aren't installed are skipped with the reason.
 """
 from __future__ import annotations
-import argparse, datetime, gc, importlib.util, json, math, os, platform, statistics, subprocess, sys, threading, time, traceback
+import argparse, datetime, gc, importlib.util, json, math, os, platform, shutil, statistics, subprocess, sys, tempfile, threading, time
+import traceback
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -33,6 +34,7 @@ THREAD_ENV = {
   **fork.pin(ROOT)["cpu_env"],                 # tinygrad: the CPU device (CPU=1 on 0.12, DEV=CPU on 0.14)
   "CPU_COUNT": "1", "NUM_CPU_THREADS": "1",    # caps the THREAD opt (renderer global_max) at 1 thread (0.12's name; 0.14's)
   "CCACHE": "0",                               # tinygrad: no disk cache of compiled kernels, so a first call pays its clang compile
+  "PROGRAM_CACHE": "0",                        # ... nor of their codegen (off with CCACHE=0 too; the warm rows turn both on: WARM_RUNS)
   "IGNORE_BEAM_CACHE": "1",                    # ... nor of BEAM search results, so the BEAM row's first call pays its search
   "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
   "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
@@ -67,6 +69,12 @@ EXTRA_IMPLS = {
 # process for the rest. The extra processes run after all rows, a round of every such row at a time, so each row's samples spread over
 # the run and sit beside JAX's: this machine's speed drifts over minutes (JAX's own W5 first call measured 61, 62, 87 and 93 ms)
 FIRST_REPEATED, FIRST_RUNS = ("vmap", "vmap_jit", "jax", "vmap_jacfwd_jit", "jax_jacfwd"), 5
+# the same rows' first calls with warm caches across processes (0.14's program cache, tinygrad/codegen/program_cache.py, and the compile
+# cache; JAX's persistent compilation cache): a process that fills a cache of this run's own, then WARM_RUNS fresh processes that read it
+WARM_RUNS = 3
+def warm_env(d:str) -> dict[str, str]:
+  return {"CCACHE": "1", "PROGRAM_CACHE": "1", "CACHEDB": os.path.join(d, "cache.db"), "JAX_COMPILATION_CACHE_DIR": os.path.join(d, "jax"),
+          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 SCALING = {"W1": ["vmap", "vmap_jit", "hand", "jax"], "W2": ["vmap", "vmap_jit", "hand", "jax"]}
 SCALING_N = [10**2, 10**3, 10**4, 10**5, 10**6]
 SCALING_N_QUICK = [10**2, 10**3]
@@ -721,7 +729,7 @@ def spawn(tasks:list[dict], timeout:float) -> list[dict]:
   base = {k:v for k,v in os.environ.items() if not (bench_device() and k in ("CPU", "CUDA", "NV", "CL", "METAL", "AMD", "LLVM", "PYTHON", "DEV"))}
   env = {**base, **(device_env(bench_device()) if bench_device() else THREAD_ENV),
          "PYTHONPATH": os.pathsep.join([str(pristine() if vanilla else ROOT), str(BENCH)] +
-                                       ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+                                       ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])), **tasks[0].get("env", {})}
   for k in ("DEBUG", "BEAM", "NOOPT", "JIT"): env.pop(k, None)
   try:
     p = subprocess.run([sys.executable, str(BENCH/"run.py"), "--worker", json.dumps(tasks)], env=env, capture_output=True, text=True,
@@ -820,6 +828,11 @@ def main():
       # the rows whose first calls the targets compare get FIRST_RUNS fresh processes in the full run: one first call swings 1.5-2x
       if not quick and not a.device and impl in FIRST_REPEATED: first_tasks += [{**row_tasks[-1], "first_only": True, "seed": k} for k in range(1, FIRST_RUNS)]
   row_tasks += sorted(first_tasks, key=lambda t: t["seed"])   # a round of every repeated row at a time (stable: rows keep their order)
+  # warm caches: one filling process a row (seed 0), then the rounds that read them
+  warm_dir = tempfile.mkdtemp(prefix="bench-warm-")
+  warm_tasks = [{**t, "seed": k, "warm": True, "env": warm_env(warm_dir)} for t in row_tasks if t.get("first_only") and t["seed"] == 1
+                for k in range(WARM_RUNS + 1)]
+  row_tasks += sorted(warm_tasks, key=lambda t: t["seed"])
   scale_tasks = []
   if not a.no_scaling and not a.device:
     for wn, impls in SCALING.items():
@@ -850,6 +863,7 @@ def main():
 
   results, rows, scale_rows, ab_rows, wrong, errors, bw = [], [], [], [], [], [], None
   more_firsts: dict[tuple[str, str], list[float]] = {}
+  warm_firsts: dict[tuple[str, str], list[float]] = {}
   for g in groups:
     left = None if a.deadline is None else a.deadline - (time.perf_counter() - t_start)
     if left is not None and left < 5:
@@ -873,6 +887,8 @@ def main():
       elif t["kind"] == "scale":
         scale_rows += r["result"]
         for s in r["result"]: print(f"  scaling {s['workload']} {s['label']:34s} N={s['n']:>8d} {fmt(s['ms']):>8s} ms/call", flush=True)
+      elif t.get("warm"):   # seed 0 filled the caches: not a warm first call
+        if t["seed"]: warm_firsts.setdefault((t["workload"], t["impl"]), []).append(r["result"]["first_ms"])
       elif t.get("first_only"): more_firsts.setdefault((t["workload"], t["impl"]), []).append(r["result"]["first_ms"])
       else:
         rows.append(r["result"])
@@ -884,6 +900,8 @@ def main():
     if (more:=more_firsts.get((x["workload"], x["impl"]))):
       x["first_runs_ms"] = [x["first_ms"]] + more
       x["first_ms"] = median(x["first_runs_ms"])
+    if (warm:=warm_firsts.get((x["workload"], x["impl"]))): x["first_warm_runs_ms"], x["first_warm_ms"] = warm, median(warm)
+  shutil.rmtree(warm_dir, ignore_errors=True)
   rows += skipped
   for s in skipped: print(f"  {s['workload']} {s['label']:40s} {s['status']}")
 
@@ -892,6 +910,7 @@ def main():
   print()
   print(render_table(rows, bw))
   if ab_rows: print(render_ab(ab_rows))
+  if any("first_warm_ms" in r for r in rows): print(render_first(rows))
   if scale_rows: print(render_scaling(scale_rows))
   elapsed = time.perf_counter() - t_start
   print(f"workloads: {', '.join(wls)}; {len(rows)} rows ({len(skipped)} skipped); {elapsed:.1f} s")
@@ -969,6 +988,18 @@ def render_table(rows:list[dict], bw:float|None) -> str:
       out.append(f"| {wn} | {r['label']} | {r['n']} | {ms} | {fmt(r.get('first_ms'))} | {k} | {sc} | {gb} | "
                  f"{_ratio(t, row_time(base) if base.get('status') == 'ok' else None)} | "
                  f"{_ratio(t, row_time(jax_) if jax_.get('status') == 'ok' else None)} | {r['status']} |")
+  return "\n".join(out)
+
+def render_first(rows:list[dict]) -> str:
+  """first calls, cold (no cache: CCACHE=0) and warm (a fresh process after one that filled this run's caches), medians of processes"""
+  out = ["| workload | implementation | first call ms, cold caches | first call ms, warm caches | ÷ JAX's, cold | ÷ JAX's, warm |",
+         "|" + " --- |" * 6]
+  jax = {(r["workload"], r["impl"] in ("vmap_jacfwd_jit", "jax_jacfwd")): r for r in rows if r.get("impl") in ("jax", "jax_jacfwd")}
+  for r in rows:
+    if "first_warm_ms" not in r: continue
+    j = jax.get((r["workload"], r["impl"] in ("vmap_jacfwd_jit", "jax_jacfwd")), {})
+    out.append(f"| {r['workload']} | {r['label']} | {fmt(r.get('first_ms'))} | {fmt(r['first_warm_ms'])} | "
+               f"{_ratio(r.get('first_ms'), j.get('first_ms'))} | {_ratio(r['first_warm_ms'], j.get('first_warm_ms'))} |")
   return "\n".join(out)
 
 def render_ab(ab:list[dict]) -> str:
@@ -1145,6 +1176,15 @@ and the hand-batched call alternate in one process (21 rounds after 3 warm-up ro
 ### Where a tinygrad first call goes
 
 {chr(10).join(first_parts)}
+
+### First calls, cold and warm caches
+
+*Cold* is the table's first call (no cache across processes: `CCACHE=0`, which turns the program cache off too). *Warm*: the same first
+call in a fresh process after one process of the same row filled caches of this run's own (tinygrad's disk cache with `CCACHE=1`: the
+0.14 line's program cache, codegen's output per kernel, and the compile cache; JAX's persistent compilation cache), the median of
+{WARM_RUNS} processes. A user's second run of a script is the warm case; a new kernel, tinygrad's sources or the environment changed, the cold.
+
+{render_first(d["rows"]) if any("first_warm_ms" in r for r in d["rows"]) else "(not measured in this run)"}
 
 ### Where a steady eager call goes
 

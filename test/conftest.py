@@ -2,9 +2,13 @@
 skip with the reason docs/internals.md gives in its table of that line ("## The VERSION line"): the table is the one list, so no test
 is skipped without a line there saying why. A line without a table (0.12.0) runs every test; its own tests of what only 0.14 has skip
 where they are, naming tinygrad.fork_line's LINE_012."""
-import re, sys
+import os, re, sys
 from pathlib import Path
 import pytest
+
+# the program cache (codegen/program_cache.py) keys a kernel by what the codegen reads, not by a test's mock of a codegen function (the CPU
+# tests force each ISA so): tests build every kernel, unless they ask for the cache (test_first_call_cpu.py's TestProgramCache does)
+os.environ.setdefault("PROGRAM_CACHE", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT/"tools"))

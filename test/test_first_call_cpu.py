@@ -3,21 +3,23 @@ programs (their codegen and clang, ~0.25-0.45 s a process) when a worker or a co
 from Python, and imports its NIR renderer only when it is asked for; and a compile of several kernels with PARALLEL=1 (NUM_CPU_THREADS=1, or as many xdist workers as cores) runs in this
 process instead of in a pool of one worker process, which imports tinygrad before it compiles anything. Results against numpy. The 0.12
 line's first-call topics (lazy-pattern-matcher, clang-first-call) are tested in test_first_call.py and test_cpu_codegen.py."""
-import os, subprocess, sys, unittest, unittest.mock
+import os, subprocess, sys, tempfile, unittest, unittest.mock
 from pathlib import Path
 import numpy as np
 from tinygrad import Tensor, Device
 from tinygrad.helpers import Context
+from tinygrad.uop.ops import UOp
+from tinygrad.dtype import dtypes
 from tinygrad.fork_line import LINE_012
 if LINE_012: raise unittest.SkipTest("the 0.14 line's first-call: 0.12's CPU device has no programs of its own and its compile no pool")
-from fork_topics import skip_module_unless
+from fork_topics import skip_module_unless, skip_unless
 skip_module_unless('first-call')
 
 ROOT = Path(__file__).resolve().parent.parent
 
-def run_fresh(code:str, last:int=1) -> str:
+def run_fresh(code:str, last:int=1, env:dict|None=None) -> str:
   """the last words of code's output, run in a new process on the CPU device (this one's may have built its programs for an earlier test)"""
-  env = {**os.environ, "DEV": "CPU", "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT/'test'}"}
+  env = {**os.environ, "DEV": "CPU", "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT/'test'}", **(env or {})}
   return " ".join(subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()[-last:])
 
 AGAINST_NUMPY = """
@@ -75,6 +77,87 @@ class TestCompilePool(unittest.TestCase):
     with Context(PARALLEL=2), unittest.mock.patch("tinygrad.engine.realize.get_worker_pool", return_value=None) as pool:
       np.testing.assert_allclose(t.numpy(), want, rtol=1e-5)
     pool.assert_called_once()
+
+# a process that runs one kernel (EXPR of x, w) and prints how many PROGRAMs it built (do_to_program's calls) and every PROGRAM's key,
+# which covers its linearized UOps, its C source and its binary
+BUILD = AGAINST_NUMPY + """
+import tinygrad.codegen as cg
+built, orig = [0], cg.do_to_program
+def counting(ast, ren):
+  built[0] += 1
+  return orig(ast, ren)
+cg.do_to_program = counting
+X, W = Tensor(x), Tensor(w)
+np.testing.assert_allclose((EXPR).numpy(), EXPR_NP, rtol=1e-6)
+print(built[0], ",".join(sorted(p.key.hex() for p in cg.to_program_cache.values())))"""
+
+@skip_unless('program-cache')
+class TestProgramCache(unittest.TestCase):
+  """the PROGRAMs kept across processes (codegen/program_cache.py): a hit is the PROGRAM a miss builds; any change of what the codegen
+  reads (the kernel, an environment variable, a Context, the sources) misses; CCACHE=0, PROGRAM_CACHE=0, CACHELEVEL=0 build every kernel. The
+  other tests run with PROGRAM_CACHE=0 (conftest.py): a mock of a codegen function is not in the key"""
+  def setUp(self):
+    self.tmp = tempfile.TemporaryDirectory()
+    self.db = os.path.join(self.tmp.name, "cache.db")
+  def tearDown(self): self.tmp.cleanup()
+
+  def run_kernel(self, expr="(X * W).relu() + 1", expr_np="np.maximum(x * w, 0) + 1", **env) -> tuple[int, str]:
+    code = BUILD.replace("EXPR_NP", expr_np).replace("EXPR", expr)
+    built, keys = run_fresh(code, last=2, env={"CACHEDB": self.db, "CCACHE": "1", "PROGRAM_CACHE": "1", "DEBUG": "0", **env}).split()
+    return int(built), keys
+
+  def test_hit_is_the_miss_program(self):
+    miss, hit = self.run_kernel(), self.run_kernel()
+    self.assertEqual((miss[0], hit[0]), (1, 0))   # the second process built nothing
+    self.assertEqual(miss[1], hit[1])             # and ran the same PROGRAM, source and binary
+
+  def test_changed_kernel_misses(self):
+    self.assertEqual(self.run_kernel()[0], 1)
+    self.assertEqual(self.run_kernel("(X * W).relu() + 2", "np.maximum(x * w, 0) + 2")[0], 1)
+
+  def test_changed_env_misses(self):
+    # ALIGNED is read by the C renderer alone (cstyle.py's getenv), no ContextVar: the scan of the sources finds its name
+    miss = self.run_kernel()
+    self.assertEqual(self.run_kernel(ALIGNED="0")[0], 1)
+    self.assertEqual(self.run_kernel(ALIGNED="0")[0], 0)
+    self.assertEqual(self.run_kernel(), (0, miss[1]))
+
+  def test_changed_context_misses(self):
+    # a Context override of a ContextVar, no environment variable
+    code = BUILD.replace("np.testing", "with Context(NOOPT=1): np.testing").replace("EXPR_NP", "x + w").replace("EXPR", "X + W")
+    env = {"CACHEDB": self.db, "CCACHE": "1", "PROGRAM_CACHE": "1", "DEBUG": "0"}
+    self.assertEqual(self.run_kernel("X + W", "x + w")[0], 1)
+    self.assertEqual(run_fresh(code, last=2, env=env).split()[0], "1")
+    self.assertEqual(run_fresh(code, last=2, env=env).split()[0], "0")
+
+  def test_cold_builds(self):
+    self.run_kernel()
+    self.assertEqual(self.run_kernel(CCACHE="0")[0], 1)
+    self.assertEqual(self.run_kernel(PROGRAM_CACHE="0")[0], 1)
+    self.assertEqual(self.run_kernel(CACHELEVEL="0")[0], 1)
+
+  def test_key(self):
+    from tinygrad.codegen import program_cache as pc
+    ast, ren = UOp.sink(UOp.const(1.0, dtypes.float)), Device["CPU"].renderer
+    self.assertIn("ALIGNED", pc.env_names(tuple(pc._sources())))
+    self.assertIn("NOOPT", pc.env_names(tuple(pc._sources())))
+    key = pc.program_key(ast, ren)
+    self.assertEqual(key, pc.program_key(ast, ren))
+    self.assertNotEqual(key, pc.program_key(UOp.sink(UOp.const(2.0, dtypes.float)), ren))
+    # an edited source (its size and mtime) misses
+    srcs, mach, names = pc._process_key()
+    edited = [(f, size + 1, mt) if f == "codegen/__init__.py" else (f, size, mt) for f, size, mt in srcs]
+    with unittest.mock.patch.object(pc, "_process_key", return_value=(tuple(edited), mach, names)):
+      self.assertNotEqual(key, pc.program_key(ast, ren))
+
+@skip_unless('program-cache')
+class TestUPatCompileAfter(unittest.TestCase):
+  def test_interpreted_then_compiled_same_programs(self):
+    # patterns interpreted for their first tries (UPAT_COMPILE_AFTER, default 16) and compiled from the first: the same PROGRAMs
+    code = BUILD.replace("EXPR_NP", "np.exp(x - w).sum()").replace("EXPR", "(X - W).exp().sum()")
+    env = {"CCACHE": "0", "DEBUG": "0"}
+    first, late = (run_fresh(code, last=2, env={**env, "UPAT_COMPILE_AFTER": n}).split() for n in ("0", "1000000"))
+    self.assertEqual(first, late)
 
 if __name__ == "__main__":
   unittest.main()

@@ -1,0 +1,71 @@
+# the program cache (topic program-cache, 0.14 line): to_program's PROGRAM (linearized, rendered, compiled) kept across processes in
+# tinygrad's disk cache, so a process's first call of a kernel built before skips its Python codegen as well as its clang. Upstream's
+# compile cache keys binaries by their source, which a process only has after the codegen: most of a first call on 0.14.
+from __future__ import annotations
+import functools, hashlib, os, pathlib, pickle, platform, re, shutil, sqlite3, sys
+from typing import Callable
+from tinygrad.helpers import CACHELEVEL, CCACHE, DEBUG, VIZ, ContextVar, diskcache_get, diskcache_put, getenv
+
+# on with CCACHE (CCACHE=0, a cold compile, turns both off) and the disk cache (CACHELEVEL>=1); PROGRAM_CACHE=0 turns this one off alone
+PROGRAM_CACHE = ContextVar("PROGRAM_CACHE", 1)
+TABLE = "program_cache"
+
+# the names of the environment variables tinygrad reads by name: getenv("X"), ContextVar("X", ...), os.getenv / os.environ
+ENV_NAME = re.compile(r"""(?:getenv|ContextVar|os\.environ\.get|os\.environ\[)\(?\s*["']([A-Za-z_][A-Za-z0-9_]*)["']""")
+ROOT = pathlib.Path(__file__).resolve().parent.parent   # the tinygrad package
+
+def _sources() -> list[tuple[str, int, int]]:
+  """every module of the package but the bindings (runtime/autogen): path, size and mtime, what Python's bytecode cache checks a source by"""
+  ret = []
+  for dp, dns, fns in os.walk(ROOT):
+    dns[:] = sorted(d for d in dns if d not in ("autogen", "__pycache__"))
+    for fn in sorted(fns):
+      if fn.endswith(".py"): ret.append((os.path.relpath(p:=os.path.join(dp, fn), ROOT), (st:=os.stat(p)).st_size, st.st_mtime_ns))
+  return ret
+
+@functools.cache
+def env_names(sources:tuple[tuple[str, int, int], ...]) -> tuple[str, ...]:
+  """the names the sources read, scanned once per version of the sources (kept in the disk cache: the scan reads 2 MB)"""
+  skey = hashlib.sha256(repr(list(sources)).encode()).hexdigest()
+  if (names:=diskcache_get(TABLE+"_env_names", skey)) is None:
+    names = tuple(sorted({n for f, _, _ in sources for n in ENV_NAME.findall((ROOT/f).read_text(errors="replace"))}))
+    diskcache_put(TABLE+"_env_names", skey, names)
+  return names
+
+@functools.cache
+def machine() -> tuple:
+  """what a program depends on beyond tinygrad: this CPU's features (the CPU heuristics and clang's -march=native), the compiler binary"""
+  try: cpu = [l for l in pathlib.Path("/proc/cpuinfo").read_text().splitlines() if l.startswith(("flags", "model name"))][:2]
+  except OSError: cpu = []
+  cc = shutil.which(getenv("CC", "clang"))
+  return (sys.version, platform.machine(), platform.processor(), tuple(cpu), cc, (st:=os.stat(cc)).st_size if cc else None,
+          st.st_mtime_ns if cc else None)
+
+@functools.cache
+def _process_key() -> tuple:
+  """per process: the sources, the machine, and the ContextVars whose values the key holds, those registered by the time of the first
+  kernel (a Context override of one registered later, a device's own, is not seen; its environment variable is)"""
+  import tinygrad.codegen.opt.heuristic_cpu  # noqa: F401  (its QUICK_OPTS, whether or not this kernel's codegen has imported it yet)
+  return (tuple(_sources()), machine(), tuple(sorted(ContextVar._cache)))
+
+def program_key(ast, renderer) -> str:
+  """everything to_program's output depends on: the kernel AST (its key, as to_program's own cache in a process), the renderer, every
+  ContextVar's value now (Context included), every environment variable tinygrad reads by name, the sources and the machine"""
+  srcs, mach, names = _process_key()
+  ctxvars = tuple((k, repr(ContextVar._cache[k].value)) for k in names)
+  env = tuple((n, os.environ.get(n)) for n in env_names(srcs))
+  ren = (type(renderer).__module__, type(renderer).__qualname__, repr(renderer.target))
+  return hashlib.sha256(repr((ast.key, ren, ctxvars, env, srcs, mach)).encode()).hexdigest()
+
+def enabled() -> bool:   # DEBUG>=3 and VIZ show the codegen
+  return bool(PROGRAM_CACHE) and bool(CCACHE) and CACHELEVEL >= 1 and not VIZ and DEBUG < 3
+
+def cached_to_program(ast, renderer, build:Callable):
+  """build(ast, renderer), or the PROGRAM an earlier process built from the same key"""
+  if not enabled(): return build(ast, renderer)
+  if (prg:=diskcache_get(TABLE, key:=program_key(ast, renderer))) is not None: return prg
+  prg = build(ast, renderer)
+  # a PROGRAM that doesn't pickle, or a disk cache that can't be written, is only not kept
+  try: diskcache_put(TABLE, key, prg)
+  except (pickle.PicklingError, TypeError, AttributeError, sqlite3.Error): pass
+  return prg
