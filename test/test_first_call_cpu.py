@@ -18,8 +18,9 @@ skip_module_unless('first-call')
 ROOT = Path(__file__).resolve().parent.parent
 
 def run_fresh(code:str, last:int=1, env:dict|None=None) -> str:
-  """the last words of code's output, run in a new process on the CPU device (this one's may have built its programs for an earlier test)"""
-  env = {**os.environ, "DEV": "CPU", "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT/'test'}", **(env or {})}
+  """the last words of code's output, run in a new process on the CPU device (this one's may have built its programs for an earlier test);
+  a variable of env that is None is left out"""
+  env = {k: v for k, v in {**os.environ, "DEV": "CPU", "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT/'test'}", **(env or {})}.items() if v is not None}
   return " ".join(subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()[-last:])
 
 AGAINST_NUMPY = """
@@ -129,6 +130,16 @@ class TestProgramCache(unittest.TestCase):
     self.assertEqual(self.run_kernel("X + W", "x + w")[0], 1)
     self.assertEqual(run_fresh(code, last=2, env=env).split()[0], "1")
     self.assertEqual(run_fresh(code, last=2, env=env).split()[0], "0")
+
+  def test_off_by_default(self):
+    self.run_kernel()
+    self.assertEqual(self.run_kernel(PROGRAM_CACHE=None)[0], 1)   # no PROGRAM_CACHE in the environment: builds
+
+  def test_patched_renderer_attribute_misses(self):
+    from tinygrad.codegen import program_cache as pc
+    ast, ren = UOp.sink(UOp.const(1.0, dtypes.float)), Device["CPU"].renderer
+    key = pc.program_key(ast, ren)
+    with unittest.mock.patch.object(ren, "has_local", not ren.has_local): self.assertNotEqual(pc.program_key(ast, ren), key)
 
   def test_cold_builds(self):
     self.run_kernel()

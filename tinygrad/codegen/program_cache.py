@@ -6,8 +6,10 @@ import functools, hashlib, os, pathlib, pickle, platform, re, shutil, sqlite3, s
 from typing import Callable
 from tinygrad.helpers import CACHELEVEL, CCACHE, DEBUG, VIZ, ContextVar, diskcache_get, diskcache_put, getenv
 
-# on with CCACHE (CCACHE=0, a cold compile, turns both off) and the disk cache (CACHELEVEL>=1); PROGRAM_CACHE=0 turns this one off alone
-PROGRAM_CACHE = ContextVar("PROGRAM_CACHE", 1)
+# opt in with PROGRAM_CACHE=1 (as JAX's persistent cache is opted into): the key can't see a function or attribute patched in a process
+# (a test's mock.patch of a codegen function), so a default-on cache shared by a test suite's processes could give one test another's
+# program. It also needs CCACHE (CCACHE=0, a cold compile, turns both off) and the disk cache (CACHELEVEL>=1)
+PROGRAM_CACHE = ContextVar("PROGRAM_CACHE", 0)
 TABLE = "program_cache"
 
 # the names of the environment variables tinygrad reads by name: getenv("X"), ContextVar("X", ...), os.getenv / os.environ
@@ -54,7 +56,9 @@ def program_key(ast, renderer) -> str:
   srcs, mach, names = _process_key()
   ctxvars = tuple((k, repr(ContextVar._cache[k].value)) for k in names)
   env = tuple((n, os.environ.get(n)) for n in env_names(srcs))
-  ren = (type(renderer).__module__, type(renderer).__qualname__, repr(renderer.target))
+  # the renderer's plain settings too (a patch.object of its has_local or supports_float4 changes the program)
+  ren = (type(renderer).__module__, type(renderer).__qualname__, repr(renderer.target),
+         sorted((k, v) for k, v in vars(renderer).items() if isinstance(v, (bool, int, float, str, type(None)))))
   return hashlib.sha256(repr((ast.key, ren, ctxvars, env, srcs, mach)).encode()).hexdigest()
 
 def enabled() -> bool:   # DEBUG>=3 and VIZ show the codegen
