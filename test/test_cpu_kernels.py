@@ -12,6 +12,9 @@ and checked against numpy in float64 (never timed):
   instead of on every element, bit for bit the select's results.
 - (0.14) a REDUCE range's loop lets clang reorder its float adds, so it vectorizes the scalar accumulators along the loop; an
   elementwise kernel whose stores are all strided (a vmap's stacked output) takes 4 adjacent elements of each store's row at once.
+- an elementwise kernel of decomposed transcendentals upcasts its batch to one 32-byte vector whose lanes run as vector ALUs (0.14:
+  cpu-vector-lanes joins the lanes' scalar ops), one cold branch per vector, ymm arithmetic with AVX2 and with AVX-512 forced.
+- (0.14) an elementwise kernel over rows of 5-7 floats takes 8 rows a step: n float8 loads and stores.
 
 The 0.12 line's other rules need its vector ALUs: test/test_cpu_codegen.py (bench/analysis.md)."""
 from fork_topics import skip_module_unless
@@ -221,14 +224,15 @@ def kernel_source(t:Tensor) -> str:
   from tinygrad.codegen import get_program
   return get_program(last_kernel(t), ren).src
 
-def clang_assembly(src:str) -> str:
-  """src built with the CPU device's own clang command, as assembly (-S for -c)"""
+def clang_assembly(src:str, march:str|None=None) -> str:
+  """src built with the CPU device's own clang command, as assembly (-S for -c); march: that x86 ISA forced in place of the host's"""
   import subprocess, unittest.mock
   comp = Device["CPU"].compiler
   if LINE_012: cmd = comp._cmd()   # 0.12: ClangJITCompiler's whole command
   else:   # 0.14: the command ClangCompiler.compile runs
     with unittest.mock.patch("subprocess.check_output", return_value=b"") as run: comp.compile(src)
     cmd = run.call_args.args[0]
+  if march is not None: cmd = [f"-march={march}" if a.startswith("-march=") else a for a in cmd if a != "-mno-avx512f"]
   return subprocess.check_output(["-S" if a == "-c" else a for a in cmd], input=src.encode()).decode()
 
 @unittest.skipUnless(Device.DEFAULT == "CPU" and platform.machine() in ("x86_64", "AMD64"), "x86's gather instructions")
@@ -238,6 +242,95 @@ class TestCPUNoGathers(unittest.TestCase):
   def test_row_reduce_has_no_gather(self):
     x = Tensor.empty(100000, 64)   # bench W1 (at 1000 rows the heuristics pick other opts, which clang never gathered)
     self.assertNotIn("gather", clang_assembly(kernel_source(vmap(lambda r: (r * r).sum() * 2 + r.max())(x))))
+
+def bicycle(s:Tensor, u:Tensor) -> Tensor:
+  """bench W4's per-point Jacobian entries that take sin/cos/tan: two angles (th, de) a point"""
+  th, v, de = s[2], s[3], u[1]
+  return Tensor.stack(-0.1 * v * th.sin(), 0.1 * th.cos(), 0.1 * v * th.cos(), 0.04 * de.tan(), 0.04 * v / de.cos() ** 2)
+
+def bicycle_np(S:np.ndarray, U:np.ndarray) -> np.ndarray:
+  th, v, de = S[:, 2], S[:, 3], U[:, 1]
+  return np.stack([-0.1 * v * np.sin(th), 0.1 * np.cos(th), 0.1 * v * np.cos(th), 0.04 * np.tan(de), 0.04 * v / np.cos(de) ** 2], 1)
+
+def bicycle_inputs(n:int, npdt) -> tuple[np.ndarray, np.ndarray]:
+  """states and controls, some of whose angles take the large-argument (Payne-Hanek) path, in lanes of their own"""
+  rng = np.random.default_rng(6)
+  S, U = rng.standard_normal((n, 4)), rng.uniform(-0.5, 0.5, (n, 2))
+  S[::13, 2], U[::29, 1] = rng.uniform(30, 1e5, len(S[::13])), -rng.uniform(30, 1e4, len(U[::29]))
+  # float64's reduction is off past ~1e15 with or without lanes (cos(1e200) by 0.23): its large arguments stay within 1e5
+  S[5, 2], U[7, 1] = 1e30 if npdt is np.float32 else 1e5, -29.999
+  return S.astype(npdt), U.astype(npdt)
+
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU renderer's heuristics")
+class TestCPUVectorLanes(unittest.TestCase):
+  """an elementwise kernel of decomposed transcendentals (sin, cos, tan) upcasts its batch to one 32-byte vector, and the lanes run as
+  vector ALUs (0.12: its codegen keeps vectors; 0.14: codegen/late/cpu_vectors.py's vector_lanes joins the lanes' scalar ops), with one
+  cold branch per vector taken when any lane needs Payne-Hanek (bench W4)"""
+  def test_against_numpy(self):
+    for dt, npdt, rtol in ((dtypes.float32, np.float32, 2e-5), (dtypes.float64, np.float64, 1e-10)):
+      with self.subTest(dtype=dt):
+        S, U = bicycle_inputs(512, npdt)
+        got = vmap(bicycle)(Tensor(S, dtype=dt), Tensor(U, dtype=dt)).numpy()
+        np.testing.assert_allclose(got, bicycle_np(S.astype(np.float64), U.astype(np.float64)), rtol=rtol, atol=rtol)
+
+  def test_exp2_log2_against_numpy(self):
+    x = np.random.default_rng(7).uniform(0.01, 40, (256, 3)).astype(np.float32)
+    got = vmap(lambda r: Tensor.stack(r[0].exp2() * r[1].log2(), r[2].exp()))(Tensor(x)).numpy()
+    want = np.stack([np.exp2(x[:, 0].astype(np.float64)) * np.log2(x[:, 1].astype(np.float64)), np.exp(x[:, 2].astype(np.float64))], 1)
+    np.testing.assert_allclose(got, want, rtol=3e-6)
+
+  def test_lanes_are_one_vector(self):
+    out = lambda: vmap(bicycle)(Tensor.empty(4096, 4), Tensor.empty(4096, 2))   # a fresh one each time: a schedule takes its kernels
+    self.assertIn((OptOps.UPCAST, 8), kernel_opts(out()))
+    src = kernel_source(out())
+    # the arithmetic of the 8 points' sin (Cody-Waite's reduction, the polynomial) as float8 ops, and one branch per angle: th, de
+    self.assertGreater(len(re.findall(r"\bfloat8 \w+ = \([^;]*\*", src)), 10)
+    self.assertEqual(len(re.findall(r"\bif \(", src)), 2)
+
+  @unittest.skipUnless(platform.machine() in ("x86_64", "AMD64"), "x86's vector registers")
+  def test_vector_math_in_ymm_for_avx2_and_avx512(self):
+    # each ISA forced, whatever this machine has: the kernel's multiplies are 8-wide (ymm) on both
+    src = kernel_source(vmap(bicycle)(Tensor.empty(4096, 4), Tensor.empty(4096, 2)))
+    for march in ("x86-64-v3", "x86-64-v4"):
+      with self.subTest(march=march):
+        asm = clang_assembly(src, march)
+        self.assertRegex(asm, r"vmulps\s+[^\n]*ymm")
+        self.assertRegex(asm, r"vfmadd\w*ps\s+[^\n]*ymm|vaddps\s+[^\n]*ymm")
+
+@unittest.skipIf(LINE_012, "0.14's vector_lanes (the 0.12 line keeps vector ALUs in its codegen)")
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU renderer's heuristics")
+class TestCPUVectorLanesScalar(unittest.TestCase):
+  def test_same_as_scalar_lanes(self):
+    # joining the lanes changes how the same ops are issued and where clang fuses a multiply-add (measured: up to 7e-6 relative in
+    # float32, 5e-11 in float64, at large angles): the values are the scalar lanes' (vector_lanes off) within test_against_numpy's bounds
+    ren = Device["CPU"].renderer
+    for dt, npdt, tol in ((dtypes.float32, np.float32, 2e-5), (dtypes.float64, np.float64, 1e-10)):
+      S, U = bicycle_inputs(256, npdt)
+      got = []
+      for on in (True, False):
+        fresh_compile()
+        try:
+          ren.vector_lanes = on
+          with Context(PARALLEL=0): got.append(vmap(bicycle)(Tensor(S, dtype=dt), Tensor(U, dtype=dt)).numpy())
+        finally:
+          del ren.vector_lanes
+          fresh_compile()
+      with self.subTest(dtype=dt): np.testing.assert_allclose(got[0], got[1], rtol=tol, atol=tol)
+
+@unittest.skipIf(LINE_012, "0.14's cpu_odd_rows (scalar ALUs; the 0.12 line's rows are its vector ALUs')")
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU renderer's heuristics")
+class TestCPUOddRows(unittest.TestCase):
+  def test_rows_of_5_to_7_move_as_float8(self):
+    # 8 examples' rows are 8n adjacent floats: n float8 loads and n float8 stores, no scalar access of the buffers
+    for n in (5, 6, 7):
+      fn = lambda r: Tensor.stack(*[r[(i+1) % n] * (i+1) for i in range(n)])
+      with self.subTest(rows=n):
+        self.assertEqual(kernel_opts(vmap(fn)(Tensor.empty(4096, n))), [(OptOps.UPCAST, 0), (OptOps.UPCAST, 8)])
+        src = kernel_source(vmap(fn)(Tensor.empty(4096, n)))
+        self.assertEqual((len(re.findall(r"= \(\*\(\(float8\*\)\(\(data1", src)), len(re.findall(r"\*\(\(float8\*\)\(\(data0", src))), (n, n), src)
+        self.assertNotRegex(src, r"[^)]\(\*\(data[01]_|^\s*\*\(data0")
+        x = np.random.default_rng(n).standard_normal((1000, n)).astype(np.float32)
+        np.testing.assert_equal(vmap(fn)(Tensor(x)).numpy(), np.stack([x[:, (i+1) % n] * (i+1) for i in range(n)], 1))
 
 class TestCPUSmallUnsignedCast(unittest.TestCase):
   """without AVX-512 (0.14's cpu-codegen builds without it; the fix is 0.14's fix-clang-small-uint-cast), clang's vector float -> uint8

@@ -12,7 +12,14 @@ from tinygrad.fork_line import LINE_012
 COLD_ARM_MIN_OPS = 48  # below this a mispredicted branch costs more than computing the arm
 # the 0.12 line keeps vectors (GEP, VECTORIZE) and has DEFINE_REG; the 0.14 line devectorizes every ALU and a register is a REG BUFFER
 VECTORS = LINE_012
-MOVABLE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST} | ({Ops.GEP, Ops.VECTORIZE} if VECTORS else set())
+MOVABLE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST} | ({Ops.GEP, Ops.VECTORIZE} if VECTORS else {Ops.STACK})
+
+def _lane_of(x:UOp) -> UOp|None:
+  """the vector whose lane x is (0.12: a GEP; 0.14: an INDEX of a value, vector_lanes' lanes and a vector load's elements), else None"""
+  if VECTORS: return x.src[0] if x.op is Ops.GEP else None
+  return x.src[0] if x.op is Ops.INDEX and x.src[0].addrspace is AddrSpace.ALU else None
+
+def _movable(u:UOp) -> bool: return u.op in MOVABLE or _lane_of(u) is not None
 
 def _const(dtype, v) -> UOp:
   # 0.14's lowered program holds a constant as a CAST of a weakint CONST (its renderer inlines the CAST and skips a bare CONST)
@@ -43,7 +50,7 @@ def _exclusive_arm(order:dict[UOp, int], consumers:dict[UOp, list[UOp]], group:l
   seen = {u for _,u in todo}
   while todo:  # consumers come later in the list: walking back from the arms, each op's consumers are decided before it
     u = heapq.heappop(todo)[1]
-    if u.op not in MOVABLE or u in gset: continue
+    if not _movable(u) or u in gset: continue
     if all(v in cone or (v in gset and all(j == side for j,s in enumerate(v.src) if s is u)) for v in consumers[u]):
       cone.add(u)
       for s in u.src:
@@ -117,13 +124,13 @@ def cold_branches(lst:list[UOp]) -> list[UOp]:
     def find(c:UOp) -> UOp: return c if root[c] is c else find(root[c])
     first_lane: dict[tuple[int, UOp], UOp] = {}
     for cond, group in groups.items():
-      for k in [(side, w.src[side].src[0]) for w in group for side in (1, 2) if VECTORS and w.src[side].op is Ops.GEP]:
+      for k in [(side, v) for w in group for side in (1, 2) if (v:=_lane_of(w.src[side])) is not None]:
         if (other:=first_lane.setdefault(k, cond)) is not cond: root[find(cond)] = find(other)
     for cond in [c for c in groups if find(c) is not c]: groups[find(cond)] += groups.pop(cond)
     for group in [sorted(g, key=order.__getitem__) for g in groups.values()]:
       done.update(w.src[0] for w in group)
       # an arm that is a constant (or a load) in every WHERE has no ops of its own: most groups (sin's inf/nan masks) end here, cheaply
-      if any(all(w.src[side].op not in MOVABLE for w in group) for side in (1, 2)): continue
+      if any(all(not _movable(w.src[side]) for w in group) for side in (1, 2)): continue
       arms = [(_exclusive_arm(order, consumers, group, side), side) for side in (1, 2)]
       (other, _), (arm, side) = sorted(arms, key=lambda x: len(x[0]))
       # both arms must have work of their own: a WHERE picking a constant is a mask or a special case, its condition no hint of a rare path
