@@ -10,6 +10,10 @@ PIP := $(PYTHON) -m pip install -q --disable-pip-version-check
 # bytecode for the materialized package, as pip writes it at install: where .pyc files are not written on import
 # (PYTHONDONTWRITEBYTECODE) a lazily imported module is otherwise compiled from source in the middle of a first call
 BYTECODE := $(PYTHON) -m compileall -q -j 0 tinygrad
+# every target that runs tinygrad names its device: a machine with an OpenCL runtime (PoCL) or a GPU would otherwise be picked before the
+# CPU (tinygrad tries CL before CPU), and a device another variable in the shell names would be a second one ("multiple devices set in env")
+NO_DEV := env -u CPU -u CL -u GPU -u CUDA -u NV -u AMD -u METAL -u LLVM -u PYTHON -u DEV
+CPU_PIN = $(NO_DEV) $$($(PYTHON) $(CURDIR)/tools/fork.py env cpu_env)
 
 .PHONY: fork patches check-patches setup setup-upstream test test-spec test-upstream upstream-baseline demo bench
 
@@ -46,10 +50,10 @@ PYTEST = $(PYTHON) -m pytest $$($(PYTHON) -c 'import xdist' 2>/dev/null && print
 # TEST_ARGS: more pytest arguments for the first run (CI's SERIES=vmap run deselects what does not depend on the series with it)
 # the emulator runs make test-gpu's files (a native sin, as CUDA's, showed cos's rounding): no half on Python < 3.12, and no int(inf) in its Python
 test: setup      ## the project's tests, then the GPU test files on the PYTHON device (a GPU emulator; SKIP_EMULATOR=1 skips it); SERIES=vmap too
-	$(PYTEST) test $(TEST_ARGS)
-	$(if $(SKIP_EMULATOR),,env -u CPU -u DEV $$($(FORK) env emulator_env) $(PYTEST) -q $(GPU_TESTS) -k "not cast_half and not cast_folding" || [ $$? = 5 ])   # 5: all skipped
+	$(CPU_PIN) $(PYTEST) test $(TEST_ARGS)
+	$(if $(SKIP_EMULATOR),,$(NO_DEV) $$($(FORK) env emulator_env) $(PYTEST) -q $(GPU_TESTS) -k "not cast_half and not cast_folding" || [ $$? = 5 ])   # 5: all skipped
 test-spec: setup ## the vmap test files with SPEC=2: every UOp checked against its spec when it is created
-	SPEC=2 $(PYTEST) -q $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/test_jvp.py || [ $$? = 5 ]
+	$(CPU_PIN) SPEC=2 $(PYTEST) -q $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/test_jvp.py || [ $$? = 5 ]
 # the GPU: no set-up (a borrowed GPU machine may have no network: materialize tinygrad/ here and take it along), the vmap, jvp and Jacobian
 # test files on GPU=CUDA (or NV) in parallel, cut at GPU_TIMEOUT seconds with SIGINT so the failures so far are still listed by name
 GPU ?= CUDA
@@ -59,14 +63,14 @@ GPU_TESTS := $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/
 .PHONY: test-gpu
 test-gpu:        ## the vmap, jvp and Jacobian tests on an NVIDIA GPU (GPU=CUDA or NV); tools/gpu_env.py finds libcuda and nvrtc or says what to set
 	@env_lines="$$(PYTHONPATH=. $(PYTHON) tools/gpu_env.py $(GPU))" && eval "$$env_lines" && \
-	  env -u CPU -u DEV $$($(FORK) env gpu_env --gpu $(GPU)) timeout -s INT $(GPU_TIMEOUT) $(PYTHON) -m pytest -q -n $(GPU_WORKERS) -rfE --tb=line -p no:cacheprovider $(GPU_TESTS)
+	  $(NO_DEV) $$($(FORK) env gpu_env --gpu $(GPU)) timeout -s INT $(GPU_TIMEOUT) $(PYTHON) -m pytest -q -n $(GPU_WORKERS) -rfE --tb=line -p no:cacheprovider $(GPU_TESTS)
 demo: setup      ## examples/quickstart.py: vmap a per-example function, check it against numpy, show the kernel and kernel counts
-	env -u CPU -u DEV $$($(FORK) env cpu_env) PYTHONPATH=. $(PYTHON) examples/quickstart.py
+	$(CPU_PIN) PYTHONPATH=. $(PYTHON) examples/quickstart.py
 test-upstream: setup-upstream   ## upstream's own suite (the pinned sdist's test/*.py) on the fork; fails only on failures vanilla lacks
-	cd tools && $(PYTHON) upstream_suite.py check
+	cd tools && $(CPU_PIN) $(PYTHON) upstream_suite.py check
 upstream-baseline: setup-upstream   ## record vanilla upstream's outcome of the same suite in test/upstream/vanilla-VERSION.json
-	cd tools && $(PYTHON) upstream_suite.py baseline --runs 2
+	cd tools && $(CPU_PIN) $(PYTHON) upstream_suite.py baseline --runs 2
 bench: setup     ## the benchmark (bench/README.md): bench/RESULTS.md, docs/bench.png; QUICK=1 is CI's smoke run; DEVICE=CUDA the GPU table
 	$(if $(QUICK),,$(PIP) $$($(FORK) deps bench))
-	PYTHONPATH=. $(PYTHON) bench/run.py $(if $(QUICK),--quick) $(if $(DEVICE),--device $(DEVICE))
-	$(if $(DEVICE),,$(if $(shell UPSTREAM=$(UPSTREAM) $(FORK) flag bench_w7),PYTHONPATH=. $(PYTHON) bench/w7_trajopt.py $(if $(QUICK),--quick,--write)))   # W7, the trajectory optimizer (the lines whose bench_w7 says so)
+	$(CPU_PIN) PYTHONPATH=. $(PYTHON) bench/run.py $(if $(QUICK),--quick) $(if $(DEVICE),--device $(DEVICE))
+	$(if $(DEVICE),,$(if $(shell UPSTREAM=$(UPSTREAM) $(FORK) flag bench_w7),$(CPU_PIN) PYTHONPATH=. $(PYTHON) bench/w7_trajopt.py $(if $(QUICK),--quick,--write)))   # W7, the trajectory optimizer (the lines whose bench_w7 says so)
