@@ -64,6 +64,26 @@ GPU_TESTS := $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/
 test-gpu:        ## the vmap, jvp and Jacobian tests on an NVIDIA GPU (GPU=CUDA or NV); tools/gpu_env.py finds libcuda and nvrtc or says what to set
 	@env_lines="$$(PYTHONPATH=. $(PYTHON) tools/gpu_env.py $(GPU))" && eval "$$env_lines" && \
 	  $(NO_DEV) $$($(FORK) env gpu_env --gpu $(GPU)) timeout -s INT $(GPU_TIMEOUT) $(PYTHON) -m pytest -q -n $(GPU_WORKERS) -rfE --tb=line -p no:cacheprovider $(GPU_TESTS)
+# OpenCL without a GPU: PoCL (Debian's pocl-opencl-icd) runs tinygrad's CL backend on the CPU, OpenCL C compiled for real with its local
+# sizes and barriers; four PoCL devices (POCL_DEVICES) for the sharded tests (SHARD_DEVICE=CL: CL:0..CL:3). The vmap, jvp, Jacobian,
+# chunk, randomness, sharding and fuzz test files, and the fixes' repros; what skips there and why: docs/internals.md, "OpenCL (PoCL)"
+CL_TESTS := $(VMAP_TESTS) test/test_jvp.py test/test_vmap_outer.py test/test_vmap_multi.py test/test_vmap_fuzz.py test/test_fixes.py
+.PHONY: setup-cl test-cl check-cuda
+setup-cl:        ## PoCL and the OpenCL ICD loader (apt-get, when root), for make test-cl
+	@[ -e /etc/OpenCL/vendors/pocl.icd ] || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then echo "installing pocl-opencl-icd with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pocl-opencl-icd ocl-icd-libopencl1 >/dev/null; \
+	  else echo "PoCL is missing and I cannot install it (need root and apt-get): install pocl-opencl-icd, then run make again" >&2; exit 1; fi; }
+test-cl: setup setup-cl   ## make test-cl's files on DEV=CL through PoCL (the CPU as an OpenCL device)
+	$(NO_DEV) $$($(FORK) env gpu_env --gpu CL) SHARD_DEVICE=CL POCL_DEVICES="pthread pthread pthread pthread" $(PYTEST) -q -rs $(CL_TESTS)
+# CUDA without a GPU: NVRTC (pip's nvidia-cuda-nvrtc-cu12, pinned in pyproject's cuda-check extra) compiles every kernel the vmap test
+# files schedule, rendered by the CUDA renderer with its heuristics for sm_80 and sm_90, to a CUBIN (ptxas too); then ptxas' registers and
+# spills of the GPU table's kernels (bench/RESULTS-cuda-regs.md; a spilling kernel must be named in bench/analysis-gpu.md)
+CUDA_CHECK_TESTS := $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/test_jvp.py
+check-cuda: setup   ## every kernel of the vmap test files through CUDA's renderer and nvrtc (sm_80, sm_90), no card; the register table
+	$(PIP) $$($(FORK) deps cuda-check)
+	$(CPU_PIN) PYTHONPATH=tools $(PYTEST) -q -p cuda_check $(CUDA_CHECK_TESTS)
+	$(CPU_PIN) $(PYTHON) tools/cuda_check.py table $(if $(WRITE),--write)
 demo: setup      ## examples/quickstart.py: vmap a per-example function, check it against numpy, show the kernel and kernel counts
 	$(CPU_PIN) PYTHONPATH=. $(PYTHON) examples/quickstart.py
 test-upstream: setup-upstream   ## upstream's own suite (the pinned sdist's test/*.py) on the fork; fails only on failures vanilla lacks

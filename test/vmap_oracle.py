@@ -75,10 +75,19 @@ def kernel_sources(t:Tensor) -> list[str]:
   from tinygrad.uop.ops import Ops
   return [u.arg for u in compile_linear(t.schedule_linear()).toposort() if u.op is Ops.SOURCE]
 
+# the device whose instances (:0, :1, ...) the sharded tests shard over: the CPU's (one GPU has no second device), or SHARD_DEVICE's
+# (make test-cl: CL, PoCL's CPU devices)
+SHARD_DEVICE = os.environ.get("SHARD_DEVICE", "CPU")
+def shard_devices(n:int) -> tuple[str, ...]: return tuple(f"{SHARD_DEVICE}:{i}" for i in range(n))
+
 @functools.cache
 def cpu_devices_missing() -> str|None:
   """why the CPU devices that the sharded tests shard over (CPU:0, CPU:1, ...: one GPU has no second device) can't build a kernel on this
-  machine, or None. A GPU machine may lack clang, tinygrad's CPU compiler"""
+  machine, or None. A GPU machine may lack clang, tinygrad's CPU compiler. SHARD_DEVICE's: why its fourth instance can't be opened"""
+  if SHARD_DEVICE != "CPU":
+    try: Device[f"{SHARD_DEVICE}:3"]
+    except Exception as e: return f"{SHARD_DEVICE}:3, the sharded tests' fourth device, can't be opened: {type(e).__name__}: {e}"
+    return None
   try: Device["CPU"].compiler.compile("void probe(void) {}")
   except Exception as e: return f"the CPU devices these tests shard over can't compile here (CC={os.environ.get('CC', 'clang')}: {type(e).__name__})"
   return None
