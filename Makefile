@@ -48,10 +48,11 @@ VMAP_TESTS := test/test_vmap.py test/test_vmap_realize.py test/test_vmap_api.py 
 # pytest on every core when pytest-xdist is there (the test deps install it); the PYTHON emulator device is the line's emulator_env
 PYTEST = $(PYTHON) -m pytest $$($(PYTHON) -c 'import xdist' 2>/dev/null && printf -- '-n auto')
 # TEST_ARGS: more pytest arguments for the first run (CI's SERIES=vmap run deselects what does not depend on the series with it)
-# the emulator runs make test-gpu's files (a native sin, as CUDA's, showed cos's rounding): no half on Python < 3.12, and no int(inf) in its Python
+# the emulator runs make test-gpu's files (a native sin, as CUDA's, showed cos's rounding): no int(inf) in its Python (its lack of half before
+# Python 3.12 the half tests skip on, saying so). CI runs make test-cl (PoCL) instead on the default line (SKIP_EMULATOR=1): .ci/run says why
 test: setup      ## the project's tests, then the GPU test files on the PYTHON device (a GPU emulator; SKIP_EMULATOR=1 skips it); SERIES=vmap too
 	$(CPU_PIN) $(PYTEST) test $(TEST_ARGS)
-	$(if $(SKIP_EMULATOR),,$(NO_DEV) $$($(FORK) env emulator_env) $(PYTEST) -q $(GPU_TESTS) -k "not cast_half and not cast_folding" || [ $$? = 5 ])   # 5: all skipped
+	$(if $(SKIP_EMULATOR),,$(NO_DEV) $$($(FORK) env emulator_env) $(PYTEST) -q $(GPU_TESTS) -k "not cast_folding" || [ $$? = 5 ])   # 5: all skipped
 test-spec: setup ## the vmap test files with SPEC=2: every UOp checked against its spec when it is created
 	$(CPU_PIN) SPEC=2 $(PYTEST) -q $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/test_jvp.py || [ $$? = 5 ]
 # the GPU: no set-up (a borrowed GPU machine may have no network: materialize tinygrad/ here and take it along), the vmap, jvp and Jacobian
@@ -67,7 +68,8 @@ test-gpu:        ## the vmap, jvp and Jacobian tests on an NVIDIA GPU (GPU=CUDA 
 # OpenCL without a GPU: PoCL (Debian's pocl-opencl-icd) runs tinygrad's CL backend on the CPU, OpenCL C compiled for real with its local
 # sizes and barriers; four PoCL devices (POCL_DEVICES) for the sharded tests (SHARD_DEVICE=CL: CL:0..CL:3). The vmap, jvp, Jacobian,
 # chunk, randomness, sharding and fuzz test files, and the fixes' repros; what skips there and why: docs/internals.md, "OpenCL (PoCL)"
-CL_TESTS := $(VMAP_TESTS) test/test_jvp.py test/test_vmap_outer.py test/test_vmap_multi.py test/test_vmap_fuzz.py test/test_fixes.py
+CL_TESTS := $(VMAP_TESTS) test/test_jvp.py test/test_vmap_outer.py test/test_vmap_multi.py test/test_native_vmap_pad.py test/test_fixes.py \
+  test/test_vmap_fuzz.py
 .PHONY: setup-cl test-cl check-cuda
 setup-cl:        ## PoCL and the OpenCL ICD loader (apt-get, when root), for make test-cl
 	@[ -e /etc/OpenCL/vendors/pocl.icd ] || { \
@@ -75,7 +77,8 @@ setup-cl:        ## PoCL and the OpenCL ICD loader (apt-get, when root), for mak
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pocl-opencl-icd ocl-icd-libopencl1 >/dev/null; \
 	  else echo "PoCL is missing and I cannot install it (need root and apt-get): install pocl-opencl-icd, then run make again" >&2; exit 1; fi; }
 test-cl: setup setup-cl   ## make test-cl's files on DEV=CL through PoCL (the CPU as an OpenCL device)
-	$(NO_DEV) $$($(FORK) env gpu_env --gpu CL) SHARD_DEVICE=CL POCL_DEVICES="pthread pthread pthread pthread" $(PYTEST) -q -rs $(CL_TESTS)
+	$(NO_DEV) $$($(FORK) env gpu_env --gpu CL) SHARD_DEVICE=CL POCL_DEVICES="pthread pthread pthread pthread" \
+	  POCL_EXTRA_BUILD_FLAGS=-cl-opt-disable FUZZ_TIMEOUT=90 $(PYTEST) -q -rs --durations=10 $(CL_TESTS) $(TEST_ARGS)
 # CUDA without a GPU: NVRTC (pip's nvidia-cuda-nvrtc-cu12, pinned in pyproject's cuda-check extra) compiles every kernel the vmap test
 # files schedule, rendered by the CUDA renderer with its heuristics for sm_80 and sm_90, to a CUBIN (ptxas too); then ptxas' registers and
 # spills of the GPU table's kernels (bench/RESULTS-cuda-regs.md; a spilling kernel must be named in bench/analysis-gpu.md)

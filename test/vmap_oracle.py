@@ -2,7 +2,7 @@
 import functools, os, unittest
 from types import SimpleNamespace
 import numpy as np
-from tinygrad import Tensor, GlobalCounters, Device
+from tinygrad import Tensor, GlobalCounters, Device, dtypes
 from tinygrad.uop.ops import AxisType
 from tinygrad.fork_line import LINE_012
 from tinygrad.vmap import vmap_range, varg
@@ -74,6 +74,17 @@ def kernel_sources(t:Tensor) -> list[str]:
   from tinygrad.engine.realize import compile_linear
   from tinygrad.uop.ops import Ops
   return [u.arg for u in compile_linear(t.schedule_linear()).toposort() if u.op is Ops.SOURCE]
+
+@functools.cache
+def half_missing() -> str|None:
+  """why the tests' device can't compute in float16, or None: PoCL's CPU device has no cl_khr_fp16 (make test-cl), the PYTHON
+  emulator has no half before Python 3.12. There a cast to half is not rounded, so a test of one skips, saying so"""
+  if LINE_012:
+    from tinygrad.device import is_dtype_supported
+    # 0.12 says yes for any CL device: PoCL's CPU device lists no cl_khr_fp16
+    ok = is_dtype_supported(dtypes.half) and (Device.DEFAULT != "CL" or "cl_khr_fp16" in str(getattr(Device["CL"], "device_exts", "")))
+  else: ok = dtypes.half in Device[Device.DEFAULT].renderer.supported_dtypes()
+  return None if ok else f"{Device.DEFAULT} has no float16 (its renderer's supported dtypes)"
 
 # the device whose instances (:0, :1, ...) the sharded tests shard over: the CPU's (one GPU has no second device), or SHARD_DEVICE's
 # (make test-cl: CL, PoCL's CPU devices)

@@ -41,7 +41,8 @@ def cuda_source(ast, arch:str):
     def __init__(self, arch:str):   # 0.14's CUDARenderer loads nvrtc for its compiler: the same renderer, keeping the source
       super(CUDARenderer, self).__init__(Target("CUDA", "CUDA", arch))
       self.compiler, self.tensor_cores = SourceOnly(), tc.get_cuda(arch)
-  p = do_to_program(ast, _renderers.setdefault(arch, CUDASourceRenderer(arch)))
+  if arch not in _renderers: _renderers[arch] = CUDASourceRenderer(arch)
+  p = do_to_program(ast, _renderers[arch])
   src = next(u.arg for u in p.src if u.op is Ops.SOURCE)
   return re.sub(r"\x1b\[[0-9;]*m", "", p.arg.name), tuple(p.arg.global_size), tuple(p.arg.local_size or ()), src
 _renderers: dict = {}
