@@ -70,6 +70,12 @@ test-gpu:        ## the vmap, jvp and Jacobian tests on an NVIDIA GPU (GPU=CUDA 
 # chunk, randomness, sharding and fuzz test files, and the fixes' repros; what skips there and why: docs/internals.md, "OpenCL (PoCL)"
 CL_TESTS := $(VMAP_TESTS) test/test_jvp.py test/test_vmap_outer.py test/test_vmap_multi.py test/test_native_vmap_pad.py test/test_fixes.py \
   test/test_vmap_fuzz.py
+# left out on CL, each for docs/internals.md's reason ("Without a GPU"): a replicated Tensor computed on the default CL device and sent to
+# CL:0..CL:n fails the kernel graph's spec (vanilla 0.14.0 too, open), and the sharded fuzzer hits it (and took 330 s a test on PoCL)
+CL_OPEN := $(addprefix test/test_vmap_multi.py::,TestShardedBatch::test_sharded_and_replicated_mapped_inputs TestShardedBatch::test_replicated_weight \
+  TestConstructsShardedAxis0::test_matmul_2d TestConstructsShardedAxis0::test_matmul_row TestConstructsShardedMiddleAxis::test_matmul_2d \
+  TestConstructsShardedMiddleAxis::test_matmul_row TestConstructsShardedThreeDevices::test_matmul_2d TestConstructsShardedThreeDevices::test_matmul_row \
+  TestShardedGradients::test_backward_one_example_per_device) test/test_vmap_fuzz.py::TestVmapFuzzSharded
 .PHONY: setup-cl test-cl check-cuda
 setup-cl:        ## PoCL and the OpenCL ICD loader (apt-get, when root), for make test-cl
 	@[ -e /etc/OpenCL/vendors/pocl.icd ] || { \
@@ -78,7 +84,7 @@ setup-cl:        ## PoCL and the OpenCL ICD loader (apt-get, when root), for mak
 	  else echo "PoCL is missing and I cannot install it (need root and apt-get): install pocl-opencl-icd, then run make again" >&2; exit 1; fi; }
 test-cl: setup setup-cl   ## make test-cl's files on DEV=CL through PoCL (the CPU as an OpenCL device)
 	$(NO_DEV) $$($(FORK) env gpu_env --gpu CL) SHARD_DEVICE=CL POCL_DEVICES="pthread pthread pthread pthread" \
-	  POCL_EXTRA_BUILD_FLAGS=-cl-opt-disable FUZZ_TIMEOUT=90 $(PYTEST) -q -rs --durations=10 $(CL_TESTS) $(TEST_ARGS)
+	  POCL_EXTRA_BUILD_FLAGS=-cl-opt-disable FUZZ_TIMEOUT=90 $(PYTEST) -q -rs --durations=10 $(CL_TESTS) $(CL_OPEN:%=--deselect %) $(TEST_ARGS)
 # CUDA without a GPU: NVRTC (pip's nvidia-cuda-nvrtc-cu12, pinned in pyproject's cuda-check extra) compiles every kernel the vmap test
 # files schedule, rendered by the CUDA renderer with its heuristics for sm_80 and sm_90, to a CUBIN (ptxas too); then ptxas' registers and
 # spills of the GPU table's kernels (bench/RESULTS-cuda-regs.md; a spilling kernel must be named in bench/analysis-gpu.md)
