@@ -72,9 +72,10 @@ CL_TESTS := $(VMAP_TESTS) test/test_jvp.py test/test_vmap_outer.py test/test_vma
   test/test_vmap_fuzz.py
 # left out on CL, each for docs/internals.md's reason ("Without a GPU"): a replicated Tensor computed on the default CL device and sent to
 # CL:0..CL:n fails the kernel graph's spec (vanilla 0.14.0 too, open), and the sharded fuzzer hits it (and took 330 s a test on PoCL)
-CL_OPEN := $(addprefix test/test_vmap_multi.py::,TestShardedBatch::test_sharded_and_replicated_mapped_inputs TestShardedBatch::test_replicated_weight \
-  TestConstructsShardedAxis0::test_matmul_2d TestConstructsShardedAxis0::test_matmul_row TestConstructsShardedMiddleAxis::test_matmul_2d \
-  TestConstructsShardedMiddleAxis::test_matmul_row TestConstructsShardedThreeDevices::test_matmul_2d TestConstructsShardedThreeDevices::test_matmul_row \
+CL_OPEN := $(addprefix test/test_vmap_multi.py::,TestShardedBatch::test_sharded_and_replicated_mapped_inputs \
+  TestShardedBatch::test_replicated_weight TestConstructsShardedAxis0::test_matmul_2d TestConstructsShardedAxis0::test_matmul_row \
+  TestConstructsShardedMiddleAxis::test_matmul_2d TestConstructsShardedMiddleAxis::test_matmul_row \
+  TestConstructsShardedThreeDevices::test_matmul_2d TestConstructsShardedThreeDevices::test_matmul_row \
   TestShardedGradients::test_backward_one_example_per_device) test/test_vmap_fuzz.py::TestVmapFuzzSharded
 .PHONY: setup-cl test-cl check-cuda
 setup-cl:        ## PoCL and the OpenCL ICD loader (apt-get, when root), for make test-cl
@@ -86,7 +87,7 @@ test-cl: setup setup-cl   ## make test-cl's files on DEV=CL through PoCL (the CP
 	$(NO_DEV) $$($(FORK) env gpu_env --gpu CL) SHARD_DEVICE=CL POCL_DEVICES="pthread pthread pthread pthread" \
 	  POCL_EXTRA_BUILD_FLAGS=-cl-opt-disable FUZZ_TIMEOUT=90 $(PYTEST) -q -rs --durations=10 $(CL_TESTS) $(CL_OPEN:%=--deselect %) $(TEST_ARGS)
 # CUDA without a GPU: NVRTC (pip's nvidia-cuda-nvrtc-cu12, pinned in pyproject's cuda-check extra) compiles every kernel the vmap test
-# files schedule, rendered by the CUDA renderer with its heuristics for sm_80 and sm_90, to a CUBIN (ptxas too); then ptxas' registers and
+# files schedule, rendered by the CUDA renderer with its heuristics for sm_80 and sm_90 (PTX; sm_90 a CUBIN, ptxas too); then ptxas' registers and
 # spills of the GPU table's kernels (bench/RESULTS-cuda-regs.md; a spilling kernel must be named in bench/analysis-gpu.md)
 CUDA_CHECK_TESTS := $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/test_jvp.py
 check-cuda: setup   ## every kernel of the vmap test files through CUDA's renderer and nvrtc (sm_80, sm_90), no card; the register table
