@@ -193,6 +193,18 @@ class TestFixes(unittest.TestCase):
     worker = Device["CPU"].worker("TEST:0")      # a queue nothing else uses: a new worker
     self.assertEqual([getattr(worker, n)._buf.cpu_view().view(fmt='Q')[0] for n in ("put", "done", "sys")], [0, 0, 0])
 
+  @unittest.skipIf(LINE_012, "the fix is the 0.14 line's (make test-cl runs there)")
+  def test_cl_second_device(self):
+    # fix-cl-all-devices: on an OpenCL platform with no GPU, CL:1 was an IndexError however many devices it had (PoCL's CPU devices)
+    try:
+      from tinygrad.runtime.autogen import opencl as cl
+      cl.clGetPlatformIDs(1, platform := (cl.cl_platform_id * 1)(), None)
+      n = cl.clGetDeviceIDs(platform[0], cl.CL_DEVICE_TYPE_ALL, 0, None, count := cl.cl_uint()) == 0 and count.value
+    except Exception as e: self.skipTest(f"no OpenCL runtime ({type(e).__name__}): make test-cl installs PoCL")
+    if n < 2: self.skipTest(f"the OpenCL platform has {n} device(s): make test-cl asks PoCL for four (POCL_DEVICES)")
+    x = rand(4)
+    np.testing.assert_allclose(Tensor(x).shard(("CL:0", "CL:1"), axis=0).sum().numpy(), x.sum())
+
   def test_tensor_index_of_computed_eye(self):
     # fix-cmpne-add-lift-loop: indexing a computed eye (jacfwd's basis) with a Tensor looped forever in the load collapse's rewrite
     got = Tensor.eye(4).reshape(4, 2, 2)[:, Tensor([1, 0])].numpy()

@@ -25,7 +25,7 @@ from tinygrad import Tensor, dtypes, vmap, jacfwd, jacrev
 from tinygrad.fork_line import LINE_012
 if not LINE_012: from tinygrad import scan   # the 0.14 line's (tinygrad/scan.py): the scan node is drawn there alone
 sys.path.insert(0, os.path.dirname(__file__))
-from vmap_oracle import np_batch, np_softmax_axis, np_log_softmax, num_jac, set_items, np_scan
+from vmap_oracle import np_batch, np_softmax_axis, np_log_softmax, num_jac, set_items, np_scan, shard_devices, half_missing
 
 MAX_NUMEL = 48   # of a per-example value
 
@@ -318,7 +318,7 @@ def draw_op(d, name:str, shapes:list[tuple], mode:str, used:set[int]):
     y = pick_val(lambda t: bcast(s, t) is not None)
     return (pick_val(lambda t: bcast(s, shapes[y], t) is not None), x, y) if name == "where" else \
       (x, y, pick_val(lambda t: bcast(s, shapes[y], t) is not None)), ()
-  if name == "cast": return (x,), (d.pick(["int32", "bool", "float16", "float32"]),)
+  if name == "cast": return (x,), (d.pick(["int32", "bool"] + ([] if half_missing() else ["float16"]) + ["float32"]),)   # PoCL: no half
   if name == "reduce":
     kind = d.pick(["sum", "max", "mean", "min"])
     if nd == 0 or d.coin(0.25): axis = None
@@ -562,7 +562,7 @@ NO_SCAN = "scan is the 0.14.0 line's (tinygrad/scan.py); the frozen 0.12.0 line 
 
 # *** vmap over a batch sharded on several devices ***
 
-DEVICES = ("CPU:0", "CPU:1")
+DEVICES = shard_devices(2)   # CPU:0, CPU:1 (make test-cl: CL:0, CL:1)
 # the clear errors docs/vmap.md lists for a sharded batch (a computation that would move examples between devices): not failures
 SHARDED_LIMITS = ("a reduce over a sharded axis inside a vmap scope", "sharded on another axis too", "a sum over a batch sharded on several devices")
 

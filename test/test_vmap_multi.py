@@ -1,14 +1,15 @@
 """vmap over a batch sharded on several devices (Tensor.shard on the mapped axis): one batched kernel per device over its shard, the
-result sharded on the output's batch axis. Against numpy loops over examples, on CPU:0..CPU:2."""
+result sharded on the output's batch axis. Against numpy loops over examples, on CPU:0..CPU:3 (make test-cl: CL:0..CL:3, SHARD_DEVICE)."""
 import unittest
 import numpy as np
 from tinygrad import Tensor, Device, vmap
-from vmap_oracle import VmapTestCase, rand, batched, np_loop, np_softmax, kernels, set_items, skip_without_cpu_devices, needs_grad, LINE_012
+from vmap_oracle import VmapTestCase, rand, batched, np_loop, np_softmax, kernels, set_items, skip_without_cpu_devices, needs_grad, LINE_012, \
+  shard_devices
 from test_vmap import Constructs
 
 setUpModule = skip_without_cpu_devices
 
-def devices(n:int) -> tuple[str, ...]: return tuple(f"CPU:{i}" for i in range(n))
+devices = shard_devices
 
 def reduce_index(x, T):
   """a stack of reduces indexed again, realized inside the scope"""
@@ -252,7 +253,7 @@ class TestShardedErrors(VmapTestCase):
     self.assert_close(vmap(lambda e: e * 2, chunk_size=8)(x).numpy(), x.numpy() * 2)
 
   def test_mapped_inputs_on_different_devices(self):
-    a, b = Tensor(rand(4, 2)).shard(devices(2), axis=0), Tensor(rand(4, 2)).shard(("CPU:2", "CPU:3"), axis=0)
+    a, b = Tensor(rand(4, 2)).shard(devices(2), axis=0), Tensor(rand(4, 2)).shard(devices(4)[2:], axis=0)
     with self.assertRaisesRegex(RuntimeError, "sharded on different devices"): vmap(lambda a, b: a*b)(a, b)
 
   def test_stack_of_inputs_sharded_on_different_axes(self):

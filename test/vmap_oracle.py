@@ -2,7 +2,7 @@
 import functools, os, unittest
 from types import SimpleNamespace
 import numpy as np
-from tinygrad import Tensor, GlobalCounters, Device
+from tinygrad import Tensor, GlobalCounters, Device, dtypes
 from tinygrad.uop.ops import AxisType
 from tinygrad.fork_line import LINE_012
 from tinygrad.vmap import vmap_range, varg
@@ -76,9 +76,29 @@ def kernel_sources(t:Tensor) -> list[str]:
   return [u.arg for u in compile_linear(t.schedule_linear()).toposort() if u.op is Ops.SOURCE]
 
 @functools.cache
+def half_missing() -> str|None:
+  """why the tests' device can't compute in float16, or None: PoCL's CPU device has no cl_khr_fp16 (make test-cl), the PYTHON
+  emulator has no half before Python 3.12. There a cast to half is not rounded, so a test of one skips, saying so"""
+  if LINE_012:
+    from tinygrad.device import is_dtype_supported
+    # 0.12 says yes for any CL device: PoCL's CPU device lists no cl_khr_fp16
+    ok = is_dtype_supported(dtypes.half) and (Device.DEFAULT != "CL" or "cl_khr_fp16" in str(getattr(Device["CL"], "device_exts", "")))
+  else: ok = dtypes.half in Device[Device.DEFAULT].renderer.supported_dtypes()
+  return None if ok else f"{Device.DEFAULT} has no float16 (its renderer's supported dtypes)"
+
+# the device whose instances (:0, :1, ...) the sharded tests shard over: the CPU's (one GPU has no second device), or SHARD_DEVICE's
+# (make test-cl: CL, PoCL's CPU devices)
+SHARD_DEVICE = os.environ.get("SHARD_DEVICE", "CPU")
+def shard_devices(n:int) -> tuple[str, ...]: return tuple(f"{SHARD_DEVICE}:{i}" for i in range(n))
+
+@functools.cache
 def cpu_devices_missing() -> str|None:
   """why the CPU devices that the sharded tests shard over (CPU:0, CPU:1, ...: one GPU has no second device) can't build a kernel on this
-  machine, or None. A GPU machine may lack clang, tinygrad's CPU compiler"""
+  machine, or None. A GPU machine may lack clang, tinygrad's CPU compiler. SHARD_DEVICE's: why its fourth instance can't be opened"""
+  if SHARD_DEVICE != "CPU":
+    try: Device[f"{SHARD_DEVICE}:3"]
+    except Exception as e: return f"{SHARD_DEVICE}:3, the sharded tests' fourth device, can't be opened: {type(e).__name__}: {e}"
+    return None
   try: Device["CPU"].compiler.compile("void probe(void) {}")
   except Exception as e: return f"the CPU devices these tests shard over can't compile here (CC={os.environ.get('CC', 'clang')}: {type(e).__name__})"
   return None
