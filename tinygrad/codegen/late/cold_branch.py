@@ -25,14 +25,18 @@ def _const(dtype, v) -> UOp:
   # 0.14's lowered program holds a constant as a CAST of a weakint CONST (its renderer inlines the CAST and skips a bare CONST)
   return UOp.const(dtype, v) if VECTORS else UOp(Ops.CAST, dtype, (UOp.const(int(v), dtypes.weakint),), dtype)
 
-def _registers(lst:list[UOp], group:list[UOp]) -> tuple[list[UOp], list[UOp]]:
-  """a register of one element per WHERE of group: the ops that define them, and the INDEX each is stored and loaded through"""
+def _first_reg(lst:list[UOp]) -> int:
+  """the first register number no op of lst uses"""
+  if VECTORS: return 1 + max([u.arg for u in lst if u.op is Ops.DEFINE_REG], default=-1)
+  return 1 + max([u.arg.slot for u in lst if u.op is Ops.BUFFER and u.arg.addrspace is AddrSpace.REG], default=-1)
+
+def _registers(lst:list[UOp], group:list[UOp], first:int) -> tuple[list[UOp], list[UOp]]:
+  """a register of one element per WHERE of group, numbered from first: the ops that define them, and the INDEX each is stored and
+  loaded through"""
   zero = _const(dtypes.int, 0)
   if VECTORS:
-    first = 1 + max([u.arg for u in lst if u.op is Ops.DEFINE_REG], default=-1)
     idxs = [UOp(Ops.DEFINE_REG, w.dtype.ptr(size=1, addrspace=AddrSpace.REG), arg=first+i).index(zero, ptr=True) for i,w in enumerate(group)]
     return [zero, *[i.src[0] for i in idxs], *idxs], idxs
-  first = 1 + max([u.arg.slot for u in lst if u.op is Ops.BUFFER and u.arg.addrspace is AddrSpace.REG], default=-1)
   regs = [UOp.placeholder((1,), w.dtype, first+i, addrspace=AddrSpace.REG) for i,w in enumerate(group)]
   idxs = [r.index(zero) for r in regs]
   return [zero, *dict.fromkeys(s for r in regs for s in r.src), *regs, *idxs], idxs
@@ -70,12 +74,11 @@ def _in_scope(lst:list[UOp]) -> bool:
     if u.op in (Ops.RANGE, Ops.IF): stack.append(u)
   return True
 
-def _branch_group(lst:list[UOp], order:dict[UOp, int], group:list[UOp], side:int, arm:list[UOp]) -> list[UOp]|None:
-  moved, gset = set(arm) | set(group), set(group)
-  if any(s in gset for u in arm+group for s in u.src): return None  # a WHERE feeding another: left alone
-  # the block: registers written with the cheap arm, then under IF (the expensive arm's condition) with the expensive one
+def _block(lst:list[UOp], group:list[UOp], side:int, arm:list[UOp], first_reg:int) -> tuple[list[UOp], dict[UOp, UOp], int]:
+  """the block that replaces group's WHEREs: registers written with the cheap arm, then under IF (the expensive arm's condition) with the
+  expensive one, then loaded; and each WHERE's load"""
   conds = list(dict.fromkeys(w.src[0] for w in group))
-  defs, idxs = _registers(lst, group)
+  defs, idxs = _registers(lst, group, first_reg)
   block = [*defs, *[UOp.store(i, w.src[3-side]) for i,w in zip(idxs, group)]]
   if side == 2: block.append(true:=_const(dtypes.bool, True))
   block += (gates:=[c if side == 1 else c.ne(true) for c in conds])
@@ -85,29 +88,41 @@ def _branch_group(lst:list[UOp], order:dict[UOp, int], group:list[UOp], side:int
   block += [mif:=UOp(Ops.IF, src=(any_lane, idxs[0])), *arm, *([] if len(conds) == 1 else group),
             *[UOp.store(i, w.src[side] if len(conds) == 1 else w) for i,w in zip(idxs, group)], endif:=UOp(Ops.ENDIF, src=(mif,))]
   loads = [_load_after(i, endif) for i in idxs]
-  replaced: dict[UOp, UOp] = {w:ld[-1] for ld,w in zip(loads, group)}
-  block = [u for u in block+[u for ld in loads for u in ld] if u in moved or u not in order]  # a constant the list has stays where it is
-  # re-linearize with the block as one node, as close to the old order as the new dependencies allow
-  node = lambda u: None if u in moved else u
-  deps: dict[UOp|None, set[UOp|None]] = {u:{node(s) for s in u.src} - {u} for u in lst if u not in moved}
-  deps[None] = {s for u in block for s in u.src} - set(block) - moved
-  users: dict[UOp|None, list[UOp|None]] = defaultdict(list)
+  return block + [u for ld in loads for u in ld], {w:ld[-1] for ld,w in zip(loads, group)}, first_reg + len(group)
+
+def _branch_groups(lst:list[UOp], order:dict[UOp, int], picks:list[tuple[list[UOp], int, list[UOp]]]) -> list[UOp]|None:
+  """lst with each pick (group, side, arm) branched around, in one re-linearization (so many groups cost one pass, not one each)"""
+  moved: dict[UOp, int] = {}
+  for k, (group, _, arm) in enumerate(picks):
+    gset = set(group)
+    if any(s in gset for u in arm+group for s in u.src): return None  # a WHERE feeding another: left alone
+    moved.update((u, k) for u in arm+group)
+  blocks, replaced, reg = [], {}, _first_reg(lst)
+  for group, side, arm in picks:
+    block, loads, reg = _block(lst, group, side, arm, reg)
+    blocks.append([u for u in block if u in moved or u not in order])  # a constant the list has stays where it is
+    replaced.update(loads)
+  # re-linearize with each block as one node, as close to the old order as the new dependencies allow
+  node = lambda u: ~moved[u] if u in moved else u   # block k is the node ~k (an int: never a UOp)
+  deps: dict = {u:{node(s) for s in u.src} - {u} for u in lst if u not in moved}
+  for k, block in enumerate(blocks): deps[~k] = {node(s) for u in block for s in u.src} - set(block) - {~k}
+  users: dict = defaultdict(list)
   for u,ds in deps.items():
     for d in ds: users[d].append(u)
-  key = lambda u: order[group[0]] if u is None else order[u]
+  key = lambda u: order[picks[~u][0][0]] if isinstance(u, int) else order[u]
   ready = [(key(u), id(u), u) for u,ds in deps.items() if not ds]  # keys are unique: id() only keeps UOps out of the comparison
   heapq.heapify(ready)
   out: list[UOp] = []
   while ready:
     u = heapq.heappop(ready)[2]
-    if u is None: out += block
+    if isinstance(u, int): out += blocks[~u]
     else:
       if (nu:=u.replace(src=tuple(replaced.get(s, s) for s in u.src))) is not u: replaced[u] = nu
       out.append(nu)
     for v in users[u]:
       deps[v].discard(u)
       if not deps[v]: heapq.heappush(ready, (key(v), id(v), v))
-  return out if len(out) == len(lst) - len(moved) + len(block) and _in_scope(out) else None
+  return out if len(out) == len(lst) - len(moved) + sum(map(len, blocks)) and _in_scope(out) else None
 
 def cold_branches(lst:list[UOp]) -> list[UOp]:
   done: set[UOp] = set()
@@ -127,6 +142,9 @@ def cold_branches(lst:list[UOp]) -> list[UOp]:
       for k in [(side, v) for w in group for side in (1, 2) if (v:=_lane_of(w.src[side])) is not None]:
         if (other:=first_lane.setdefault(k, cond)) is not cond: root[find(cond)] = find(other)
     for cond in [c for c in groups if find(c) is not c]: groups[find(cond)] += groups.pop(cond)
+    # every group worth a branch, those that don't touch each other, branched in one pass
+    picks: list[tuple[list[UOp], int, list[UOp]]] = []
+    taken, wheres, read = set(), set(), set()   # the picked groups' ops (WHEREs and arms), their WHEREs, and what their ops read
     for group in [sorted(g, key=order.__getitem__) for g in groups.values()]:
       done.update(w.src[0] for w in group)
       # an arm that is a constant (or a load) in every WHERE has no ops of its own: most groups (sin's inf/nan masks) end here, cheaply
@@ -134,7 +152,17 @@ def cold_branches(lst:list[UOp]) -> list[UOp]:
       arms = [(_exclusive_arm(order, consumers, group, side), side) for side in (1, 2)]
       (other, _), (arm, side) = sorted(arms, key=lambda x: len(x[0]))
       # both arms must have work of their own: a WHERE picking a constant is a mask or a special case, its condition no hint of a rare path
-      if len(other) and len(arm) >= COLD_ARM_MIN_OPS and (new:=_branch_group(lst, order, group, side, arm)) is not None:
-        lst = new
-        break
-    else: return lst
+      if not (len(other) and len(arm) >= COLD_ARM_MIN_OPS): continue
+      ops, srcs = set(arm) | set(group), {s for u in arm+group for s in u.src}
+      if ops & taken or srcs & wheres or set(group) & read:   # touches a picked group: tried again next round, after it is branched
+        done.difference_update(w.src[0] for w in group)
+        continue
+      picks.append((group, side, arm))
+      taken, wheres, read = taken | ops, wheres | set(group), read | srcs
+    if not picks: return lst
+    if (new:=_branch_groups(lst, order, picks)) is None:
+      # one at a time, as they were found: the first that branches, the others tried again in the next round
+      k, new = next(((k, n) for k, p in enumerate(picks) if (n:=_branch_groups(lst, order, [p])) is not None), (len(picks), None))
+      done.difference_update(w.src[0] for g, _, _ in picks[k+1:] for w in g)
+      if new is None: continue
+    lst = new
