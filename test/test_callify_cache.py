@@ -157,6 +157,35 @@ class TestScheduleTemplate(unittest.TestCase):
     m = a.numpy() @ b.numpy()
     np.testing.assert_allclose(out.numpy(), (np.exp(m - m.max(0)) / np.exp(m - m.max(0)).sum(0)).sum(0), rtol=1e-5)
 
+  def test_tensors_on_a_hit_are_what_the_map_rewrite_makes(self):
+    # a hit sets each realized Tensor to what its node becomes without rewriting every Tensor's graph (_apply_map_to_tensors): under
+    # TEMPLATE_CHECK=1 the rewrite runs too and each Tensor's UOp must be the very one; a Tensor built on a realized one takes the rewrite
+    from tinygrad.helpers import Context
+    f = lambda a, b: ((a * b).sum(1) + 2.5, (a - b).max(1))
+    a, b = Tensor(rand(3, 4, seed=0)).realize(), Tensor(rand(4, seed=1)).realize()
+    an, bn = a.numpy(), b.numpy()
+    Tensor.realize(*f(a, b))
+    checked, orig = [], callify_cache.check_hit
+    def check_hit(got, want, what):
+      if what == "a realize's Tensors": checked.append(len(got))
+      return orig(got, want, what)
+    callify_cache.check_hit = check_hit
+    try:
+      with Context(TEMPLATE_CHECK=1):
+        x, y = f(a, b)
+        Tensor.realize(x, y)
+      self.assertEqual(checked, [2])
+      for t in (x, y): self.assertIs(t.uop.base.op, Ops.BUFFER)
+      np.testing.assert_allclose(x.numpy(), (an * bn).sum(1) + 2.5, rtol=1e-5)
+      np.testing.assert_allclose(y.numpy(), (an - bn).max(1), rtol=1e-6)
+      x, y = f(a, b)
+      z = x * 3                    # alive, on x: the rewrite puts it on x's buffer
+      with CountTransforms() as count: Tensor.realize(x, y)
+      self.assertEqual((count.n, checked), (0, [2]))   # a hit, whose Tensors took the rewrite (nothing to check against)
+      self.assertIs(z.uop.src[0], x.uop)
+      np.testing.assert_allclose(z.numpy(), ((an * bn).sum(1) + 2.5) * 3, rtol=1e-5)
+    finally: callify_cache.check_hit = orig
+
   def test_codegen_settings_compile_again(self):
     from tinygrad.helpers import Context
     from tinygrad.uop.ops import KernelInfo

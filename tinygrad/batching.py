@@ -150,24 +150,43 @@ def _walk_scope(y:UOp, varg:tuple[UOp, ...], outs:ScopeOutputs) -> bool:
   varg) and its leaves to theirs; False where it isn't kept (a leaf without a shape or on several devices)"""
   if not outs.walkable: return False
   ranges = tuple(a for a in varg if a.op is Ops.RANGE)
-  def in_scope(u:UOp) -> bool: return any(r in u.ranges for r in ranges)
-  index = outs.index
+  if len(ranges) == 1:
+    r0 = ranges[0]
+    def in_scope(u:UOp) -> bool: return r0 in u.ranges
+  else:
+    def in_scope(u:UOp) -> bool: return any(r in u.ranges for r in ranges)
+  index, key, leaves = outs.index, outs.key, outs.leaves
   def leaf(u:UOp) -> bool:
-    if is_constant(u): outs.named(u, u)
+    if is_constant(u): entry = u
     elif u._shape is None or isinstance(u.device, tuple): return False
-    else: outs.leaf(u, (u.op, u.dtype, u._shape, u.arg[1:] if u.op is Ops.RANGE else None))
+    else:
+      entry = (u.op, u.dtype, u._shape, u.arg[1:] if u.op is Ops.RANGE else None)
+      leaves.append(u)
+    key.append(entry)
+    index[u] = len(index)
     return True
-  # the toposort of the scope's nodes not walked before: a src outside the scope is a leaf, listed where it is first read
-  for u in ([y] if not in_scope(y) else y.toposort(gate=lambda u: u not in index and in_scope(u))):
+  # the toposort of the scope's nodes not walked before: a src outside the scope is a leaf, listed where it is first read. The gate's
+  # nodes are the scope's (it is asked of each node once), the others are its leaves
+  inside: set[UOp] = set()
+  def gate(u:UOp) -> bool:
+    if u in index or not in_scope(u): return False
+    inside.add(u)
+    return True
+  for u in ([y] if not in_scope(y) else y.toposort(gate=gate)):
     if u in index: continue
-    if not in_scope(u):
+    if u not in inside:
       if not leaf(u): break
       continue
-    if not all(s in index or leaf(s) for s in u.src): break
-    if u in ranges: outs.named(u, (ranges.index(u), u.src[0]))
-    else: outs.node(u)
+    for s in u.src:
+      if s not in index and not leaf(s): break
+    else:
+      if u in ranges: key.append((ranges.index(u), u.src[0]))
+      else: key.append((u.op, u.dtype, u.arg, u.tag, tuple([index[s] for s in u.src])))
+      index[u] = len(index)
+      continue
+    break
   else:
-    outs.key.append((index[y], tuple((ranges.index(a), a.src, a.arg[1:]) if a.op is Ops.RANGE else None for a in varg)))
+    key.append((index[y], tuple((ranges.index(a), a.src, a.arg[1:]) if a.op is Ops.RANGE else None for a in varg)))
     return True
   outs.walkable = False
   return False
