@@ -180,7 +180,7 @@ class TestScheduleTemplate(unittest.TestCase):
       np.testing.assert_allclose(y.numpy(), (an - bn).max(1), rtol=1e-6)
       x, y = f(a, b)
       z = x * 3                    # alive, on x: the rewrite puts it on x's buffer
-      with CountTransforms() as count: Tensor.realize(x, y)
+      with Context(TEMPLATE_CHECK=0), CountTransforms() as count: Tensor.realize(x, y)
       self.assertEqual((count.n, checked), (0, [2]))   # a hit, whose Tensors took the rewrite (nothing to check against)
       self.assertIs(z.uop.src[0], x.uop)
       np.testing.assert_allclose(z.numpy(), ((an * bn).sum(1) + 2.5) * 3, rtol=1e-5)
