@@ -186,6 +186,32 @@ class TestScheduleTemplate(unittest.TestCase):
       np.testing.assert_allclose(z.numpy(), ((an * bn).sum(1) + 2.5) * 3, rtol=1e-5)
     finally: callify_cache.check_hit = orig
 
+  def test_launches_run_and_count_what_the_long_way_does(self):
+    # a kept schedule runs from its launches (made once: runtime, launch dims, estimates), not exec_kernel a kernel: the same results
+    # and the same GlobalCounters as the long way's run
+    from tinygrad.helpers import GlobalCounters
+    f = lambda a, b: ((a @ b).softmax(0) * 2).sum(0)
+    a, b = Tensor(rand(5, 3, seed=0)).realize(), Tensor(rand(3, 4, seed=1)).realize()
+    m = a.numpy() @ b.numpy()
+    want = (np.exp(m - m.max(0)) / np.exp(m - m.max(0)).sum(0) * 2).sum(0)
+    launched, orig = [], callify_cache.launch
+    def launch(launches, linear, update_stats):
+      launched.append(len(launches))
+      return orig(launches, linear, update_stats)
+    callify_cache.launch = launch
+    try:
+      counts = []
+      for _ in range(3):
+        GlobalCounters.reset()
+        out = f(a, b).realize()
+        counts.append((GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem))
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-5)
+    finally: callify_cache.launch = orig
+    self.assertEqual(len(launched), 2)        # the second realize keeps the schedule, and launches with the third
+    self.assertGreater(launched[0], 1)        # kernels with intermediates between them (views of the planner's buffer)
+    self.assertEqual(counts[1], counts[0])
+    self.assertEqual(counts[2], counts[0])
+
   def test_codegen_settings_compile_again(self):
     from tinygrad.helpers import Context
     from tinygrad.uop.ops import KernelInfo
