@@ -157,6 +157,61 @@ class TestScheduleTemplate(unittest.TestCase):
     m = a.numpy() @ b.numpy()
     np.testing.assert_allclose(out.numpy(), (np.exp(m - m.max(0)) / np.exp(m - m.max(0)).sum(0)).sum(0), rtol=1e-5)
 
+  def test_tensors_on_a_hit_are_what_the_map_rewrite_makes(self):
+    # a hit sets each realized Tensor to what its node becomes without rewriting every Tensor's graph (_apply_map_to_tensors): under
+    # TEMPLATE_CHECK=1 the rewrite runs too and each Tensor's UOp must be the very one; a Tensor built on a realized one takes the rewrite
+    from tinygrad.helpers import Context
+    f = lambda a, b: ((a * b).sum(1) + 2.5, (a - b).max(1))
+    a, b = Tensor(rand(3, 4, seed=0)).realize(), Tensor(rand(4, seed=1)).realize()
+    an, bn = a.numpy(), b.numpy()
+    Tensor.realize(*f(a, b))
+    checked, orig = [], callify_cache.check_hit
+    def check_hit(got, want, what):
+      if what == "a realize's Tensors": checked.append(len(got))
+      return orig(got, want, what)
+    callify_cache.check_hit = check_hit
+    try:
+      with Context(TEMPLATE_CHECK=1):
+        x, y = f(a, b)
+        Tensor.realize(x, y)
+      self.assertEqual(checked, [2])
+      for t in (x, y): self.assertIs(t.uop.base.op, Ops.BUFFER)
+      np.testing.assert_allclose(x.numpy(), (an * bn).sum(1) + 2.5, rtol=1e-5)
+      np.testing.assert_allclose(y.numpy(), (an - bn).max(1), rtol=1e-6)
+      x, y = f(a, b)
+      z = x * 3                    # alive, on x: the rewrite puts it on x's buffer
+      with Context(TEMPLATE_CHECK=0), CountTransforms() as count: Tensor.realize(x, y)
+      self.assertEqual((count.n, checked), (0, [2]))   # a hit, whose Tensors took the rewrite (nothing to check against)
+      self.assertIs(z.uop.src[0], x.uop)
+      np.testing.assert_allclose(z.numpy(), ((an * bn).sum(1) + 2.5) * 3, rtol=1e-5)
+    finally: callify_cache.check_hit = orig
+
+  def test_launches_run_and_count_what_the_long_way_does(self):
+    # a kept schedule runs from its launches (made once: runtime, launch dims, estimates), not exec_kernel a kernel: the same results
+    # and the same GlobalCounters as the long way's run
+    from tinygrad.helpers import GlobalCounters
+    f = lambda a, b: ((a @ b).softmax(0) * 2).sum(0)
+    a, b = Tensor(rand(5, 3, seed=0)).realize(), Tensor(rand(3, 4, seed=1)).realize()
+    m = a.numpy() @ b.numpy()
+    want = (np.exp(m - m.max(0)) / np.exp(m - m.max(0)).sum(0) * 2).sum(0)
+    launched, orig = [], callify_cache.launch
+    def launch(launches, linear, update_stats):
+      launched.append(len(launches))
+      return orig(launches, linear, update_stats)
+    callify_cache.launch = launch
+    try:
+      counts = []
+      for _ in range(3):
+        GlobalCounters.reset()
+        out = f(a, b).realize()
+        counts.append((GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem))
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-5)
+    finally: callify_cache.launch = orig
+    self.assertEqual(len(launched), 2)        # the second realize keeps the schedule, and launches with the third
+    self.assertGreater(launched[0], 1)        # kernels with intermediates between them (views of the planner's buffer)
+    self.assertEqual(counts[1], counts[0])
+    self.assertEqual(counts[2], counts[0])
+
   def test_codegen_settings_compile_again(self):
     from tinygrad.helpers import Context
     from tinygrad.uop.ops import KernelInfo

@@ -357,6 +357,25 @@ class TestKernelCounts(VmapTestCase):
     self.assertEqual(kernels(lambda: vmap(f)(self.x[0]).realize()), 1)
     self.assert_close(vmap(f)(self.x[0]).numpy(), np.stack([x.sum(1), np.zeros(len(x)), 2 + x[:, 0], np.zeros(len(x))], 1))
 
+  def test_constants_shared_by_outputs_are_read_as_each_output_alone_reads_them(self):
+    # fn's outputs are looked at together for such constants (one toposort for all): each output's graph is the very one looking at it
+    # alone gives, also where another output writes the constant (made contiguous, it keeps its kernel there)
+    from tinygrad.vmap import _filled_consts, _filled_consts_as_values, _filled_consts_one_by_one
+    x = self.x[0].numpy()
+    def f(e):
+      z, o = e.sum().full_like(0.0), e.sum().full_like(1.5)
+      return e * o + z, (e.max() + z) * o
+    def g(e):
+      z = e.sum().full_like(2.0)
+      return e + z, z.contiguous() * 1
+    for fn, want in [(f, [x * 1.5, x.max(1) * 1.5]), (g, [x + 2, np.full(len(x), 2.0)])]:
+      with self.subTest(fn=fn.__name__):
+        outs = fn(Tensor(x[0]))
+        shared = (_filled_consts(roots:=[t.uop for t in outs]), set(roots))
+        if not LINE_012: self.assertEqual(shared[0] is None, fn is g)   # 0.12's full_like is a constant, no buffer to fill
+        for t in outs: self.assertIs(_filled_consts_as_values(t, shared).uop, _filled_consts_one_by_one(t).uop)
+        for got, w in zip(vmap(fn)(self.x[0]), want): self.assert_close(got.numpy(), w)
+
   def test_kernels_do_not_grow_with_batch(self):
     f = lambda e: e.softmax()
     self.assertEqual(kernels(lambda: vmap(f)(Tensor(rand(3, 4)).realize()).realize()),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from tinygrad.uop import Ops, GroupOp
-from tinygrad.uop.ops import UOp, PatternMatcher, UPat, sint, ssimplify, graph_rewrite, rewrite_group, TRACK_MATCH_STATS
+from tinygrad.uop.ops import UOp, PatternMatcher, UPat, sint, ssimplify, graph_rewrite, rewrite_group, TRACK_MATCH_STATS, range_start
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import DEBUG_RANGEIFY
 from tinygrad.transform_state import KEPT
@@ -109,6 +109,7 @@ class ScopeOutputs(Structure):
   key, the leaves: a Structure) and the templates' nodes rebuilt. Outside shared_batching() each output starts afresh"""
   done: dict[UOp, tuple[UOp, tuple[UOp, ...]]] = field(default_factory=dict)
   rebuilt: dict[UOp, UOp] = field(default_factory=dict)
+  scoped: dict[UOp, bool] = field(default_factory=dict)   # per node looked at, whether it is in the scope (_scoped)
   walkable: bool = True   # False after a walk gave up: the outputs after it take the rules
 
 # per scope (its RANGEs), what the batch_scope calls inside shared_batching() share: a node's batch is the same for every output of it
@@ -144,30 +145,66 @@ def batch_scope(y:UOp, varg:tuple[UOp, ...]) -> UOp:
 
 _templates = KeptTemplates(4096)
 
+# where recursive_property keeps a node's UOp.ranges, and the ops whose UOp.ended_ranges may drop some of their srcs' ranges
+_RANGES_KEPT, _MAY_END = UOp.__dict__["_ranges"].nm, frozenset(range_start) | {Ops.AFTER, Ops.UNSHARD}
+def _scoped(y:UOp, ranges:tuple[UOp, ...]|None, scoped:dict[UOp, bool]) -> bool:
+  """whether y is in the scope of `ranges`, any(r in y.ranges for r in ranges) (ranges None: in any RANGE's, bool(y.ranges)), with the
+  same for its nodes in `scoped`. Found from the srcs', as UOp.ranges is, but without its dict a node for each node an eager call made
+  anew (~1 us each); a node that has its ranges, or whose ranges drop some of its srcs' (UOp.ended_ranges), asks them"""
+  stack = [(y, False)]
+  while stack:
+    u, srcs_done = stack.pop()
+    if u in scoped: continue
+    if srcs_done: scoped[u] = (u.op is Ops.RANGE if ranges is None else u in ranges) or any(scoped[s] for s in u.src)
+    elif _RANGES_KEPT in u.__dict__ or (u.op in _MAY_END and u.ended_ranges):
+      scoped[u] = bool(u.ranges) if ranges is None else any(r in u.ranges for r in ranges)
+    else:
+      stack.append((u, True))
+      stack.extend((s, False) for s in u.src)
+  return scoped[y]
+
 def _walk_scope(y:UOp, varg:tuple[UOp, ...], outs:ScopeOutputs) -> bool:
   """y's part of the scope's structure, added to the key of the outputs walked before it (the nodes new to the walk: its own RANGEs by
   their place in varg, its leaves by op, dtype and shape, a constant (a CONST, a shape's STACK of them) as itself, then y's place and
   varg) and its leaves to theirs; False where it isn't kept (a leaf without a shape or on several devices)"""
   if not outs.walkable: return False
   ranges = tuple(a for a in varg if a.op is Ops.RANGE)
-  def in_scope(u:UOp) -> bool: return any(r in u.ranges for r in ranges)
-  index = outs.index
+  scoped = outs.scoped
+  def in_scope(u:UOp) -> bool:
+    if (ret:=scoped.get(u)) is None: ret = _scoped(u, ranges, scoped)
+    return ret
+  index, key, leaves = outs.index, outs.key, outs.leaves
   def leaf(u:UOp) -> bool:
-    if is_constant(u): outs.named(u, u)
+    if is_constant(u): entry = u
     elif u._shape is None or isinstance(u.device, tuple): return False
-    else: outs.leaf(u, (u.op, u.dtype, u._shape, u.arg[1:] if u.op is Ops.RANGE else None))
+    else:
+      entry = (u.op, u.dtype, u._shape, u.arg[1:] if u.op is Ops.RANGE else None)
+      leaves.append(u)
+    key.append(entry)
+    index[u] = len(index)
     return True
-  # the toposort of the scope's nodes not walked before: a src outside the scope is a leaf, listed where it is first read
-  for u in ([y] if not in_scope(y) else y.toposort(gate=lambda u: u not in index and in_scope(u))):
+  # the toposort of the scope's nodes not walked before: a src outside the scope is a leaf, listed where it is first read. The gate's
+  # nodes are the scope's (it is asked of each node once), the others are its leaves
+  inside: set[UOp] = set()
+  def gate(u:UOp) -> bool:
+    if u in index or not in_scope(u): return False
+    inside.add(u)
+    return True
+  for u in ([y] if not in_scope(y) else y.toposort(gate=gate)):
     if u in index: continue
-    if not in_scope(u):
+    if u not in inside:
       if not leaf(u): break
       continue
-    if not all(s in index or leaf(s) for s in u.src): break
-    if u in ranges: outs.named(u, (ranges.index(u), u.src[0]))
-    else: outs.node(u)
+    for s in u.src:
+      if s not in index and not leaf(s): break
+    else:
+      if u in ranges: key.append((ranges.index(u), u.src[0]))
+      else: key.append((u.op, u.dtype, u.arg, u.tag, tuple([index[s] for s in u.src])))
+      index[u] = len(index)
+      continue
+    break
   else:
-    outs.key.append((index[y], tuple((ranges.index(a), a.src, a.arg[1:]) if a.op is Ops.RANGE else None for a in varg)))
+    key.append((index[y], tuple((ranges.index(a), a.src, a.arg[1:]) if a.op is Ops.RANGE else None for a in varg)))
     return True
   outs.walkable = False
   return False
@@ -252,6 +289,8 @@ def check_vmapout(y:UOp, varg) -> tuple[UOp, ...]:
     raise ValueError(f"vmapout varg needs {len(y.shape)} UOp.const(dtypes.weakint, 0) entries for inner shape {y.shape}, got {n}")
   return varg
 
-def open_vmap_ranges(u:UOp) -> list[UOp]:
+def open_vmap_ranges(u:UOp, seen:dict[UOp, bool]|None=None) -> list[UOp]:
   """the RANGEs of the vmap scopes u is inside: a value there is one example, not a batch"""
+  # a realize asks it of every graph: most are in no RANGE, found without UOp.ranges of every node (bench W6's batch: 0.07 ms)
+  if not _scoped(u, None, {} if seen is None else seen): return []   # seen: what _scoped found of other graphs before
   return [a for x in u.toposort() if x.op is Ops.VMAPIN for a in x.src[1:] if a in u.ranges] if u.ranges else []

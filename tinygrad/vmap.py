@@ -223,10 +223,38 @@ def _is_filled_const(u:UOp) -> bool:
     and not getattr(u, "is_bound_var", False) \
     and not any(x.op in (Ops.BUFFER, Ops.COPY) for x in u.src[1].src[1].toposort())
 
-def _filled_consts_as_values(y:Tensor) -> Tensor:
+_WRITTEN_BY = (Ops.STORE, Ops.AFTER, Ops.COPY, Ops.CONTIGUOUS, Ops.MSELECT, Ops.MSTACK)
+def _filled_consts(roots:list[UOp]) -> dict[UOp, UOp]|None:
+  """what _filled_consts_as_values makes of each node of the roots' graph (fn's outputs together: one toposort, not one an output), or
+  None where a constant is written somewhere in it, which each output then decides alone"""
+  topo = (roots[0] if len(roots) == 1 else UOp.sink(*roots)).toposort()
+  if not (filled:=[u for u in topo if _is_filled_const(u)]): return {}
+  consumers: dict[UOp, list[UOp]] = {}
+  for x in topo:
+    for s in x.src: consumers.setdefault(s, []).append(x)
+  # written[x]: a consumer path from x reaches a write (srcs last, so one pass: a DFS from each constant walked the graph once each)
+  written: dict[UOp, bool] = {}
+  for x in reversed(topo):
+    # stored into another buffer (a clone of it) is read; stored into is written again
+    written[x] = any(c.op in _WRITTEN_BY or written[c] for c in consumers.get(x, ()) if not (c.op is Ops.STORE and c.src[0] is not x))
+  if any(written[u] for u in filled): return None
+  new = {u: u.src[1].src[1].cast(u.dtype) for u in filled}
+  # the graph with those read as values: one pass in topo's order (a substitute's graph_rewrite cost ~0.3 ms a call in bench W4)
+  for x in topo:
+    if x not in new and any(s in new for s in x.src): new[x] = x.replace(src=tuple(new.get(s, s) for s in x.src))
+  return new
+
+def _filled_consts_as_values(y:Tensor, shared:tuple[dict[UOp, UOp]|None, set[UOp]]|None=None) -> Tensor:
   """y with each constant it made in a fresh buffer (0.14's Tensor.full/ones/zeros/full_like: a kernel of its own, on one device) read as
   the value itself where it is only read: `x.full_like(0.0)` in a vmapped function is a const in the batched kernels, not a kernel, and
-  has no device (a sharded batch). A buffer that is written again (setitem, rand's counter), copied or made contiguous keeps its kernel"""
+  has no device (a sharded batch). A buffer that is written again (setitem, rand's counter), copied or made contiguous keeps its kernel.
+  `shared`: _filled_consts of fn's outputs and those outputs"""
+  new = shared[0] if shared is not None and y.uop in shared[1] else _filled_consts([y.uop])
+  if new is None: return _filled_consts_one_by_one(y)
+  return y if (u:=new.get(y.uop)) is None else Tensor(u)
+
+def _filled_consts_one_by_one(y:Tensor) -> Tensor:
+  """_filled_consts_as_values where some constant is written: each one that is only read is read as its value"""
   topo = y.uop.toposort()
   if not (filled:=[u for u in topo if _is_filled_const(u)]): return y
   consumers: dict[UOp, list[UOp]] = {}
@@ -237,13 +265,11 @@ def _filled_consts_as_values(y:Tensor) -> Tensor:
     while stack:
       x = stack.pop()
       for c in consumers.get(x, []):
-        # stored into another buffer (a clone of it) is read; stored into is written again
         if c.op is Ops.STORE and c.src[0] is not x: continue
-        if c.op in (Ops.STORE, Ops.AFTER, Ops.COPY, Ops.CONTIGUOUS, Ops.MSELECT, Ops.MSTACK): return False
+        if c.op in _WRITTEN_BY: return False
         if c not in seen: seen.add(c); stack.append(c)
     return True
   if not (new:={u: u.src[1].src[1].cast(u.dtype) for u in filled if only_read(u)}): return y
-  # y's graph with those read as values: one pass in topo's order (a substitute's graph_rewrite cost ~0.3 ms a call in bench W4)
   for x in topo:
     if x not in new and any(s in new for s in x.src): new[x] = x.replace(src=tuple(new.get(s, s) for s in x.src))
   return Tensor(new.get(y.uop, y.uop))
@@ -262,7 +288,7 @@ def _call_on_examples(fn:Callable, inputs:_BatchedInputs, scope:_Scope):
     return fn(*[tree_map(example, a, axes) for a,axes in zip(inputs.args, inputs.arg_axes)],
               **{k: tree_map(example, v, inputs.kwarg_axes[k]) for k,v in inputs.kwargs.items()})
 
-def _batch_of_output(scope:_Scope, y, axis:int|None, path:str):
+def _batch_of_output(scope:_Scope, y, axis:int|None, path:str, filled:tuple[dict[UOp, UOp]|None, set[UOp]]|None=None):
   """the batch of y, an output leaf of fn (one example), with its batch axis at `axis`, or with axis None y itself, which mustn't depend
   on the batch. None is an empty subtree (as in JAX); a Python number, a numpy array or a numpy scalar doesn't depend on the batch"""
   if y is None: return None
@@ -273,7 +299,7 @@ def _batch_of_output(scope:_Scope, y, axis:int|None, path:str):
     if any(r in y.uop.ranges for r in scope.ranges):
       raise ValueError(f"vmap has mapped output but out_axes is None for {path}: it depends on the batch")
     return y
-  y = _filled_consts_as_values(y)
+  y = _filled_consts_as_values(y, filled)
   if scope.devices is not None: _check_on_devices(y, scope.devices, path)
   if not -(y.ndim+1) <= axis <= y.ndim:
     raise ValueError(f"vmap out_axes {axis} for {path} is out of range: the batched output has {y.ndim+1} axes (shape {(scope.batch,)+y.shape})")
@@ -289,7 +315,9 @@ def _outputs_share_batching():
 def _flat_vmap(fn:Callable, inputs:_BatchedInputs, out_axes, scope:_Scope):
   """fn over the examples of `scope` at once: the inputs enter the scope, fn runs in it, and its outputs leave it at out_axes"""
   out = _call_on_examples(fn, inputs, scope)
-  with _outputs_share_batching(): ret = tree_map(functools.partial(_batch_of_output, scope), out, out_axes, "output", "vmap out_axes")
+  filled = (_filled_consts(roots), set(roots)) if (roots:=[t.uop for t in tree_leaves(out) if isinstance(t, Tensor)]) else None
+  with _outputs_share_batching():
+    ret = tree_map(functools.partial(_batch_of_output, scope, filled=filled), out, out_axes, "output", "vmap out_axes")
   del out   # fn's own output Tensors: the batch is ret, those are one example
   if scope.took: _refuse_escaped(scope)
   return ret

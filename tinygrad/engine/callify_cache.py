@@ -10,12 +10,13 @@ from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any, Callable
 from tinygrad.uop import Ops, GroupOp
-from tinygrad.uop.ops import UOp
+from tinygrad.uop.ops import UOp, sym_infer
 from tinygrad.dtype import AddrSpace, DType, dtypes
-from tinygrad.helpers import VIZ, DEBUG, BEAM, SCACHE, CAPTURING, VALIDATE_WITH_CPU, getenv, perf_counter_us
+from tinygrad.helpers import VIZ, DEBUG, BEAM, SCACHE, CAPTURING, VALIDATE_WITH_CPU, PROFILE, GlobalCounters, getenv, perf_counter_us
 from tinygrad.uop.ops import buffers
 from tinygrad.schedule import create_linear_with_vars
-from tinygrad.engine.realize import capturing, compile_linear, link_linear, ExecContext, track_stats, pm_exec
+from tinygrad.engine.realize import capturing, compile_linear, link_linear, ExecContext, track_stats, pm_exec, estimate_uop, get_runtime
+from tinygrad.device import Buffer
 from tinygrad.codegen import to_program_config
 from tinygrad.structure_template import Structure, KeptTemplates, TEMPLATE_CHECK, anonymous, check_hit
 
@@ -33,6 +34,18 @@ class NewBuffer:
   size: int
   dtype: DType
 
+@dataclass(frozen=True)
+class Launch:
+  """a kernel of a kept schedule: what exec_kernel and track_stats derive on every run of it (~40 us a kernel), derived once"""
+  runtime: Any
+  device: str
+  globals: tuple[int, ...]
+  global_size: tuple[int, ...]
+  local_size: tuple[int, ...]|None
+  vals: tuple[int, ...]
+  ops: int
+  mem: int
+
 @dataclass
 class CallTemplate:
   body: UOp                             # the CALL's body: a SINK over PARAMs
@@ -42,7 +55,8 @@ class CallTemplate:
   becomes: tuple[tuple[int, UOp], ...]  # (index of a node in the graph's toposort, what it becomes: a view of placeholders)
   linear: UOp|None = None               # the compiled schedule on placeholders (and never allocated intermediates), once realized from here
   linear_config: tuple = ()             # the codegen settings it was compiled with (to_program_config: NOOPT, DEVECTORIZE, ...)
-  views: dict = field(default_factory=dict)   # a kernel arg of `linear` that is a view: where it lies in its buffer (contiguous_view)
+  views: dict = field(default_factory=dict)   # a kernel arg of `linear` that is a view: where it lies in its buffer (contiguous_view), its size
+  launches: tuple[Launch, ...]|None = None   # linear's kernels as launches (make_launches), None where they take exec_kernel
 
 def _swap_buffers(u:UOp, subs:dict[UOp, UOp], new:Callable[[UOp], UOp]|None=None) -> UOp:
   """u with the nodes in subs replaced and, with `new`, a new(b) for every other BUFFER b, the same one wherever b is (a view or a
@@ -138,14 +152,57 @@ def instantiate_linear(t:CallTemplate, args:tuple[UOp, ...]) -> UOp:
     # template's view (below what UOp.buffer looks through) lies where this one does
     while b.op in _BUFFER_THROUGH: b, v = b.src[0], v.src[0]
     if (b is not b.base or b.op is Ops.BITCAST) and v not in buffers:   # the memory planner's intermediates are BITCASTs of a shared buffer
-      if (cv:=t.views.get(b, False)) is False: cv = t.views[b] = b.contiguous_view()
-      if cv is not None: buffers[v] = subs[cv[0].base].buffer.view(prod(v.max_shape), v.dtype, cv[1]*cv[0].dtype.itemsize)
+      # kept with the view's size: v is b on other buffers, of b's shape
+      if (cv:=t.views.get(b, False)) is False: cv = t.views[b] = (b.contiguous_view(), prod(b.max_shape))
+      if cv[0] is not None: buffers[v] = subs[cv[0][0].base].buffer.view(cv[1], v.dtype, cv[0][1]*cv[0][0].dtype.itemsize)
     return ret
   return t.linear.replace(src=tuple(c.replace(src=(c.src[0],)+tuple(arg(b) for b in c.src[1:])) for c in t.linear.src))
+
+def make_launches(linear:UOp) -> tuple[Launch, ...]|None:
+  """the kept schedule's kernels as launches; None where one needs exec_kernel (a Variable, a bound one, several devices)"""
+  ret: list[Launch] = []
+  for c in linear.src:
+    if (ast:=c.src[0]).op is not Ops.PROGRAM or ast.arg.vars or any(s.is_bound_var for s in c.src[1:]) or not isinstance(c.src[1].device, str):
+      return None
+    est = estimate_uop(c)
+    ret.append(Launch(get_runtime(c.src[1].device, ast), c.src[1].device, tuple(ast.arg.globals), *ast.arg.launch_dims({}), ast.arg.vals({}),
+                      sym_infer(est.ops, {}), sym_infer(est.mem, {})))
+  return tuple(ret)
+
+def launch(launches:tuple[Launch, ...], linear:UOp, update_stats:bool) -> None:
+  """run_linear of an instantiated kept schedule with no Variables: exec_kernel's launch and track_stats's counters, no DEBUG lines"""
+  for c, l in zip(linear.src, launches):
+    bufs = [c.src[1+i].buffer for i in l.globals]
+    if not all(isinstance(b, Buffer) for b in bufs): raise RuntimeError(f"a kept schedule's kernel {c.src[0].arg.name} is on several devices")
+    et = l.runtime(*[b.ensure_allocated().get_buf(l.device) for b in bufs], global_size=l.global_size, local_size=l.local_size, vals=l.vals,
+                   wait=False, timeout=None)
+    if update_stats:
+      GlobalCounters.kernel_count += 1
+      GlobalCounters.global_ops += l.ops
+      GlobalCounters.global_mem += l.mem
+      if et is not None: GlobalCounters.time_sum_s += et
 
 def _schedule_kept() -> bool:
   # DEBUG prints what scheduling does, BEAM, VALIDATE_WITH_CPU and HCQ2 change how the linear compiles, a TinyJit capture takes the linear
   return not (VIZ or DEBUG >= 1 or BEAM >= 1 or VALIDATE_WITH_CPU or getenv("HCQ2") or not SCACHE or (CAPTURING and len(capturing)))
+
+def _apply_becomes(becomes_map:dict[UOp, UOp], apply_map_to_tensors:Callable[[dict[UOp, UOp], str], None]) -> None:
+  """_apply_map_to_tensors(becomes_map): every Tensor on a node of the map now on what the node becomes. Where each such Tensor is a key
+  of the map (the realized Tensors themselves, an eager call's outputs), that is the map's value, with no graph_rewrite of them all
+  (~0.1 ms in bench W6); a Tensor built on a key (a view of one, an op after it) takes the rewrite"""
+  from tinygrad.tensor import all_tensors, _realize_undo
+  in_map: dict[UOp, bool] = {}
+  def visitor(node:UOp) -> bool: return True if node in becomes_map else any(in_map.get(s, False) for s in node.src)
+  touched = [t for tref in list(all_tensors) if (t:=tref()) is not None and t.uop.topovisit(visitor, in_map)]
+  if not (fast:=all(t.uop in becomes_map for t in touched)) or TEMPLATE_CHECK:
+    want = {t: becomes_map[t.uop] for t in touched} if fast else {}
+    apply_map_to_tensors(becomes_map, "buffers")
+    if want: check_hit([t.uop for t in want], list(want.values()), "a realize's Tensors")
+    return
+  for t in touched:
+    if (new:=becomes_map[t.uop]) is t.uop: continue
+    if _realize_undo: _realize_undo[-1].append((t, t.uop))
+    t.uop = new
 
 def realize_from_template(tensors:list, update_stats:bool) -> bool:
   """realize the Tensors from a kept template, schedule and all; False where they take the long way (Tensor.linear_with_vars)"""
@@ -154,14 +211,19 @@ def realize_from_template(tensors:list, update_stats:bool) -> bool:
   from tinygrad.tensor import _apply_map_to_tensors, transform_to_call
   ret, becomes_map = instantiate(t, *structure[1:])
   if TEMPLATE_CHECK: check_instantiated((ret, becomes_map), transform_to_call(UOp.sink(*[t.uop for t in tensors])))
-  _apply_map_to_tensors(becomes_map, name="buffers")
+  _apply_becomes(becomes_map, _apply_map_to_tensors)
   config = tuple(x.value for x in to_program_config)
   if t.linear is not None and t.linear_config == config:
     linear, var_vals = instantiate_linear(t, ret.src[1:]), {}
   else:
     linear, var_vals = create_linear_with_vars(ret)
     linear = link_linear(compile_linear(linear))
-    if not var_vals: t.linear, t.linear_config = make_linear_template(linear, ret.src[1:], t.placeholders), config
-  ctx = ExecContext(var_vals, (), update_stats)
-  for call in linear.src: track_stats(ctx, call, perf_counter_us(), pm_exec.rewrite(call, ctx))
+    if not var_vals:
+      t.linear, t.linear_config = make_linear_template(linear, ret.src[1:], t.placeholders), config
+      t.launches = None if t.linear is None else make_launches(t.linear)
+  # PROFILE records an event a kernel: exec_kernel and track_stats do that
+  if t.launches is not None and not var_vals and not PROFILE: launch(t.launches, linear, update_stats)
+  else:
+    ctx = ExecContext(var_vals, (), update_stats)
+    for call in linear.src: track_stats(ctx, call, perf_counter_us(), pm_exec.rewrite(call, ctx))
   return True
