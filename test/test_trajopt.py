@@ -118,7 +118,8 @@ class TestTrajopt(unittest.TestCase):
   def test_converges(self):
     T, B = 50, 8
     solver = trajopt.Solver(trajopt.start_poses(B, seed=2), T)
-    costs = np.stack([solver.iterate().numpy() for _ in range(60)], 1)
+    # the hardest problem (the 8th) reaches the goal after 55-75 iterations in float32, as its rounding falls (scalar or vector sin/cos)
+    costs = np.stack([solver.iterate().numpy() for _ in range(90)], 1)
     self.assertTrue((np.diff(costs, axis=1) <= 0).all())
     goal, depth, bounds = trajopt.violations(solver.X.numpy(), solver.U.numpy())
     self.assertLess(goal.max(), trajopt.GOAL_TOL)
