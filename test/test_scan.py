@@ -335,6 +335,14 @@ class TestScanInVmap(VmapTestCase):
     ys = vmap(lambda s: vmap(lambda u: scan(bicycle, s, u)[1])(Tensor(us)))(Tensor(s0))
     self.assert_close(ys.numpy(), np.stack([np_rollouts([s]*5, us) for s in s0]))
 
+  def test_per_example_gradient_through_chained_scans(self):
+    # the second scan's init is the first one's carry: the gradient in the scope recomputes both (the fuzzer's case)
+    s0, us = rand(3, 4), controls(3, 5, 2)
+    def loss(s, u): return (scan(bicycle, scan(bicycle, s, u)[0], u)[1][:, :2] ** 2).sum()
+    g = vmap(lambda s, u: loss(s, u).gradient(s)[0])(Tensor(s0), Tensor(us))
+    def np_loss(s, u): return (np_rollout(np_rollout(s, u)[-1], u)[:, :2] ** 2).sum()
+    self.assert_close(g.numpy(), np.stack([num_jac(lambda s: np_loss(s, u))(s) for s, u in zip(s0, us)]), atol=1e-7, rtol=1e-6)
+
   def test_per_example_gradient_in_nested_vmap(self):
     s0, us = rand(3, 4), controls(2, 3, 6, 2)
     def loss(s, u): return (scan(bicycle, s, u)[1][:, :2] ** 2).sum()
