@@ -29,10 +29,9 @@ def _scope_ranges(leaves:list[Tensor]) -> tuple[UOp, ...]:
 def _batched_fused(step:Callable, init:list[Tensor], xs:list[Tensor], length:int, reverse:bool, rs:tuple[UOp, ...]) -> tuple[list[Tensor], list[Tensor]]|None:
   """a scan in the vmap scopes of RANGEs rs as ONE kernel over their batch (parallel, the steps a loop in it): each leaf's batch
   (vmapout, the batch axes in front, flattened to one; a leaf outside one of the scopes broadcast to its axis, a leaf outside all of
-  them read as it is by every example) into the batched kernel, whose
-  results enter the scopes again, one example each (a VMAPIN of a batch is batched as that batch itself: the scope's VMAPOUT gives the
-  kernel's output). A gradient inside the scope, which differentiates one example, gets the unrolled lowering in their place
-  (TRANSFORMS.recompute)"""
+  them read as it is by every example) into the batched kernel, whose results enter the scopes again, one example each (a VMAPIN of a
+  batch is batched as that batch itself: the scope's VMAPOUT gives the kernel's output). A gradient inside the scope, which
+  differentiates one example, gets the unrolled lowering in their place (TRANSFORMS.recompute)"""
   Bs = tuple(r.vmax + 1 for r in rs)
   B = math.prod(Bs)
   def batch(t:Tensor) -> Tensor:
