@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from tinygrad import Tensor, Device
 from tinygrad.helpers import Context
-from tinygrad.uop.ops import UOp
+from tinygrad.uop.ops import UOp, Ops
 from tinygrad.dtype import dtypes
 from tinygrad.fork_line import LINE_012
 if LINE_012: raise unittest.SkipTest("the 0.14 line's first-call: 0.12's CPU device has no programs of its own and its compile no pool")
@@ -169,6 +169,65 @@ class TestUPatCompileAfter(unittest.TestCase):
     env = {"CCACHE": "0", "DEBUG": "0"}
     first, late = (run_fresh(code, last=2, env={**env, "UPAT_COMPILE_AFTER": n}).split() for n in ("0", "1000000"))
     self.assertEqual(first, late)
+
+@skip_unless('first-build-tier')
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU heuristics' quick builds")
+class TestFirstBuildTier(unittest.TestCase):
+  """a kernel's first build is quick (engine/first_tier.py: QUICK_OPTS, the opts that are slow to build left out) where it runs at once,
+  its second lowering the full build; TinyJit captures full builds; results of every call agree with numpy in float64"""
+  def setUp(self):
+    from tinygrad.engine import first_tier
+    self.ft = first_tier
+    self.rng = np.random.default_rng(56)
+
+  def programs(self, linear:UOp) -> list[UOp]: return [u for u in linear.toposort() if u.op is Ops.PROGRAM]
+
+  def check_tiers(self, f, args_np, want, rtol):
+    from tinygrad import TinyJit, GlobalCounters
+    jf, outs, kernels, first_quick = TinyJit(f), [], [], set()
+    for i in range(4):
+      k0, before = GlobalCounters.kernel_count, set(self.ft.quick_programs.values())
+      outs.append(jf(*[Tensor(a) for a in args_np]).numpy())
+      kernels.append(GlobalCounters.kernel_count - k0)
+      if i == 0: first_quick = set(self.ft.quick_programs.values()) - before
+    for o in outs: np.testing.assert_allclose(o, want, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(outs[0], outs[-1], rtol=rtol, atol=rtol)   # the quick build and the full one
+    self.assertEqual(len(set(kernels)), 1, kernels)
+    self.assertTrue(first_quick, "the first call builds quick")
+    # the capture (the second call) lowered them again: TinyJit replays full builds only
+    prgs = self.programs(jf.captured._linear)
+    self.assertTrue(prgs)
+    self.assertTrue(first_quick.isdisjoint(prgs))
+    self.assertTrue(set(self.ft.quick_programs.values()).isdisjoint(prgs))
+
+  def test_matmul(self):
+    x, w = self.rng.standard_normal((256, 48), dtype=np.float32), self.rng.standard_normal((48, 32), dtype=np.float32)
+    self.check_tiers(lambda X, W: (X @ W).relu().realize(), (x, w), np.maximum(x.astype(np.float64) @ w.astype(np.float64), 0), 1e-5)
+
+  def test_sin(self):
+    x = self.rng.uniform(-100, 100, (64, 40)).astype(np.float32)
+    self.check_tiers(lambda X: (X.sin() * X.cos()).realize(), (x,), np.sin(x.astype(np.float64)) * np.cos(x.astype(np.float64)), 2e-6)
+
+  def test_tiered_off(self):
+    x = self.rng.uniform(-10, 10, (8, 72)).astype(np.float32)
+    n = len(self.ft.quick_programs)
+    with Context(TIERED=0): np.testing.assert_allclose((Tensor(x).sin() + 1).numpy(), np.sin(x.astype(np.float64)) + 1, rtol=2e-6, atol=2e-6)
+    self.assertEqual(len(self.ft.quick_programs), n)
+
+  def test_eager_second_realize_full(self):
+    x = self.rng.uniform(-10, 10, (16, 56)).astype(np.float32)
+    want = np.exp(np.sin(x.astype(np.float64)))
+    from tinygrad.codegen import to_program_cache
+    outs, quick = [], []
+    for _ in range(3):
+      before = set(self.ft.quick_programs.values())
+      outs.append((Tensor(x).sin().exp()).numpy())
+      quick.append(set(self.ft.quick_programs.values()) - before)
+    for o in outs: np.testing.assert_allclose(o, want, rtol=3e-6)
+    # built quick first, in full at the second realize: the quick build left to_program's cache and none was built again
+    self.assertTrue(quick[0])
+    self.assertEqual(quick[1:], [set(), set()])
+    self.assertTrue(quick[0].isdisjoint(to_program_cache.values()))
 
 if __name__ == "__main__":
   unittest.main()

@@ -15,6 +15,7 @@ from tinygrad.dtype import AddrSpace, DType, dtypes
 from tinygrad.helpers import VIZ, DEBUG, BEAM, SCACHE, CAPTURING, VALIDATE_WITH_CPU, PROFILE, GlobalCounters, getenv, perf_counter_us
 from tinygrad.uop.ops import buffers
 from tinygrad.schedule import create_linear_with_vars
+from tinygrad.engine.first_tier import has_quick
 from tinygrad.engine.realize import capturing, compile_linear, link_linear, ExecContext, track_stats, pm_exec, estimate_uop, get_runtime
 from tinygrad.device import Buffer
 from tinygrad.codegen import to_program_config
@@ -217,8 +218,9 @@ def realize_from_template(tensors:list, update_stats:bool) -> bool:
     linear, var_vals = instantiate_linear(t, ret.src[1:]), {}
   else:
     linear, var_vals = create_linear_with_vars(ret)
-    linear = link_linear(compile_linear(linear))
-    if not var_vals:
+    linear = link_linear(compile_linear(linear, quick=True))
+    # a linear of quick builds is not kept: the next realize lowers it again, which builds them in full (engine/first_tier.py)
+    if not var_vals and not has_quick(linear):
       t.linear, t.linear_config = make_linear_template(linear, ret.src[1:], t.placeholders), config
       t.launches = None if t.linear is None else make_launches(t.linear)
   # PROFILE records an event a kernel: exec_kernel and track_stats do that

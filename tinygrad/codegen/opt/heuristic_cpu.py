@@ -50,6 +50,10 @@ def cpu_gemm_tile(k:Scheduler, tile_bytes:int|None=None) -> bool:
     # a quick build takes AVX2's tile: AVX-512's twice as tall one costs ~25 ms more codegen and clang (bench W2's first call). 0.14: so
     # does a renderer whose accumulators don't move as vectors (only clang's do: cpu_vectors.py), where a zmm tile would be 128 scalars
     wide = LINE_012 or getattr(k.ren, "vector_bytes", 0)
+    # 0.14: a quick build takes one row of the tile (16 accumulators, not 64: bench W2's codegen ~2x faster), the same order of the reduce
+    if QUICK_OPTS and not LINE_012:
+      k.apply_opt(Opt(OptOps.UPCAST, n[-1], n_amt))
+      return True
     if tile_bytes is None: tile_bytes = 256 if QUICK_OPTS or not wide else cpu_tile_bytes()
     if (m_amt:=next((x for x in (min(8, tile_bytes//sz//n_amt), 4, 2) if k.full_shape[m[-1]] % x == 0), None)) is None: continue
     n_rng = k.rngs[n[-1]]
@@ -111,14 +115,16 @@ def quick_opts_differ(ast:UOp, ren:Renderer) -> bool:
   """whether a quick build (QUICK_OPTS) of the kernel ast may lack an opt of its full build: the heuristics run and upcast transcendentals,
   or may take the CPU matmul tile (a sum of products of two loads) where it is taller than the quick build's"""
   heuristics = not NOOPT and (ast.arg is None or (ast.arg.opts_to_apply is None and ast.arg.applied_opts == ()))
-  matmul = any(u.op is Ops.REDUCE and sum_of_products(u.arg, u.src[0]) for u in ast.backward_slice)
-  return heuristics and (len(vector_transcendentals(ast, ren)) > 0 or (ren.device == "CPU" and cpu_tile_bytes() > 256 and matmul))
+  matmul = any(u.op is Ops.REDUCE and sum_of_products(u.arg if LINE_012 else u.arg[0], u.src[0]) for u in ast.backward_slice)  # 0.14: (op, ...)
+  return heuristics and (len(vector_transcendentals(ast, ren)) > 0 or (renderer_device(ren) == "CPU" and (cpu_tile_bytes() > 256 or not LINE_012) and matmul))
 
 def cpu_transcendental_upcast(k:Scheduler) -> bool:
   """An elementwise kernel whose sin/exp2/log2 are decomposed (no code for them) upcasts an axis they vary along to one 32-byte vector:
   the decomposition runs as vector ops, its rare branch (Payne-Hanek) taken when any lane needs it. A vmap's batch axis is such an
   axis, its examples the lanes (bench W4's Jacobian kernel 1.3 -> 0.7 ms). Its codegen and clang take ~3x as long: not in a quick build"""
-  if QUICK_OPTS or not (ops:=vector_transcendentals(k.ast, k.ren)): return False
+  if not (ops:=vector_transcendentals(k.ast, k.ren)): return False
+  # 0.14: a quick build keeps them scalar and one a loop step (the generic upcasts' 16 lanes were 1.5x the codegen of none, bench W4)
+  if QUICK_OPTS: return not LINE_012
   amt = 32 // max(u.dtype.itemsize for u in ops)
   axes = [ax for ax in k.upcastable_dims if k.full_shape[ax] % amt == 0 and any(k.rngs[ax] in u.backward_slice for u in ops)]
   if not axes: return False
