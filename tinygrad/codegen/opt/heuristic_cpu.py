@@ -116,6 +116,8 @@ def quick_opts_differ(ast:UOp, ren:Renderer) -> bool:
   or may take the CPU matmul tile (a sum of products of two loads) where it is taller than the quick build's"""
   heuristics = not NOOPT and (ast.arg is None or (ast.arg.opts_to_apply is None and ast.arg.applied_opts == ()))
   matmul = any(u.op is Ops.REDUCE and sum_of_products(u.arg if LINE_012 else u.arg[0], u.src[0]) for u in ast.backward_slice)  # 0.14: (op, ...)
+  # 0.14: the tile needs an M and an N axis: a row of dot products (bench W1) stores along one range and has no tile
+  if not LINE_012: matmul = matmul and any(u.op is Ops.STORE and len(u.src[0].ranges) >= 2 for u in ast.backward_slice)
   return heuristics and (len(vector_transcendentals(ast, ren)) > 0 or (renderer_device(ren) == "CPU" and (cpu_tile_bytes() > 256 or not LINE_012) and matmul))
 
 def cpu_transcendental_upcast(k:Scheduler) -> bool:
