@@ -95,8 +95,9 @@ print(built[0], ",".join(sorted(p.key.hex() for p in cg.to_program_cache.values(
 @skip_unless('program-cache')
 class TestProgramCache(unittest.TestCase):
   """the PROGRAMs kept across processes (codegen/program_cache.py): a hit is the PROGRAM a miss builds; any change of what the codegen
-  reads (the kernel, an environment variable, a Context, the sources) misses; CCACHE=0, PROGRAM_CACHE=0, CACHELEVEL=0 build every kernel. The
-  other tests run with PROGRAM_CACHE=0 (conftest.py): a mock of a codegen function is not in the key"""
+  reads (the kernel, an environment variable, a Context, the sources) misses; CCACHE=0, PROGRAM_CACHE=0, CACHELEVEL=0 build every kernel. On
+  by default, but not while pytest runs a test, and the other tests run with PROGRAM_CACHE=0 (conftest.py): a mock of a codegen function
+  is not in the key"""
   def setUp(self):
     self.tmp = tempfile.TemporaryDirectory()
     self.db = os.path.join(self.tmp.name, "cache.db")
@@ -131,9 +132,17 @@ class TestProgramCache(unittest.TestCase):
     self.assertEqual(run_fresh(code, last=2, env=env).split()[0], "1")
     self.assertEqual(run_fresh(code, last=2, env=env).split()[0], "0")
 
-  def test_off_by_default(self):
+  def test_on_by_default(self):
+    # no PROGRAM_CACHE in the environment and no test of pytest's running: the second process hits, the miss's PROGRAM
+    miss, hit = self.run_kernel(PROGRAM_CACHE=None, PYTEST_CURRENT_TEST=None), self.run_kernel(PROGRAM_CACHE=None, PYTEST_CURRENT_TEST=None)
+    self.assertEqual((miss[0], hit[0]), (1, 0))
+    self.assertEqual(miss[1], hit[1])
+
+  def test_off_while_pytest_runs_a_test(self):
+    # unset, it is off in a test (a mock of a codegen function is not in the key); PROGRAM_CACHE=1 still forces it on
     self.run_kernel()
-    self.assertEqual(self.run_kernel(PROGRAM_CACHE=None)[0], 1)   # no PROGRAM_CACHE in the environment: builds
+    self.assertEqual(self.run_kernel(PROGRAM_CACHE=None, PYTEST_CURRENT_TEST="test_x.py::test (call)")[0], 1)
+    self.assertEqual(self.run_kernel(PYTEST_CURRENT_TEST="test_x.py::test (call)")[0], 0)
 
   def test_patched_renderer_attribute_misses(self):
     from tinygrad.codegen import program_cache as pc

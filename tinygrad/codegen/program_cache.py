@@ -6,10 +6,11 @@ import functools, hashlib, os, pathlib, pickle, platform, re, shutil, sqlite3, s
 from typing import Callable
 from tinygrad.helpers import CACHELEVEL, CCACHE, DEBUG, VIZ, ContextVar, diskcache_get, diskcache_put, getenv
 
-# opt in with PROGRAM_CACHE=1 (as JAX's persistent cache is opted into): the key can't see a function or attribute patched in a process
-# (a test's mock.patch of a codegen function), so a default-on cache shared by a test suite's processes could give one test another's
-# program. It also needs CCACHE (CCACHE=0, a cold compile, turns both off) and the disk cache (CACHELEVEL>=1)
-PROGRAM_CACHE = ContextVar("PROGRAM_CACHE", 0)
+# on by default, as upstream's CCACHE: PROGRAM_CACHE=1 forces it on, PROGRAM_CACHE=0 off. Left unset, it is off while pytest runs a test
+# (PYTEST_CURRENT_TEST): the key can't see a function or attribute patched in a process (a test's mock.patch of a codegen function), so
+# a suite's processes sharing it could give one test another's program. It also needs CCACHE (CCACHE=0, a cold compile, turns both off)
+# and the disk cache (CACHELEVEL>=1)
+PROGRAM_CACHE = ContextVar("PROGRAM_CACHE", -1)
 TABLE = "program_cache"
 
 # the names of the environment variables tinygrad reads by name: getenv("X"), ContextVar("X", ...), os.getenv / os.environ
@@ -62,7 +63,8 @@ def program_key(ast, renderer) -> str:
   return hashlib.sha256(repr((ast.key, ren, ctxvars, env, srcs, mach)).encode()).hexdigest()
 
 def enabled() -> bool:   # DEBUG>=3 and VIZ show the codegen
-  return bool(PROGRAM_CACHE) and bool(CCACHE) and CACHELEVEL >= 1 and not VIZ and DEBUG < 3
+  on = PROGRAM_CACHE.value > 0 or (PROGRAM_CACHE.value < 0 and "PYTEST_CURRENT_TEST" not in os.environ)
+  return on and bool(CCACHE) and CACHELEVEL >= 1 and not VIZ and DEBUG < 3
 
 def cached_to_program(ast, renderer, build:Callable):
   """build(ast, renderer), or the PROGRAM an earlier process built from the same key"""
