@@ -4,6 +4,7 @@
 from __future__ import annotations
 import functools, hashlib, os, pathlib, pickle, platform, re, shutil, sqlite3, sys
 from typing import Callable
+from tinygrad.uop.ops import UOp
 from tinygrad.helpers import CACHELEVEL, CCACHE, DEBUG, VIZ, ContextVar, diskcache_get, diskcache_put, getenv
 
 # on by default, as upstream's CCACHE: PROGRAM_CACHE=1 forces it on, PROGRAM_CACHE=0 off. Left unset, it is off while pytest runs a test
@@ -11,7 +12,7 @@ from tinygrad.helpers import CACHELEVEL, CCACHE, DEBUG, VIZ, ContextVar, diskcac
 # a suite's processes sharing it could give one test another's program. It also needs CCACHE (CCACHE=0, a cold compile, turns both off)
 # and the disk cache (CACHELEVEL>=1)
 PROGRAM_CACHE = ContextVar("PROGRAM_CACHE", -1)
-TABLE = "program_cache"
+TABLE = "program_cache_v2"   # v2: (PROGRAM, its key and device)
 
 # the names of the environment variables tinygrad reads by name: getenv("X"), ContextVar("X", ...), os.getenv / os.environ
 ENV_NAME = re.compile(r"""(?:getenv|ContextVar|os\.environ\.get|os\.environ\[)\(?\s*["']([A-Za-z_][A-Za-z0-9_]*)["']""")
@@ -66,12 +67,20 @@ def enabled() -> bool:   # DEBUG>=3 and VIZ show the codegen
   on = PROGRAM_CACHE.value > 0 or (PROGRAM_CACHE.value < 0 and "PYTEST_CURRENT_TEST" not in os.environ)
   return on and bool(CCACHE) and CACHELEVEL >= 1 and not VIZ and DEBUG < 3
 
+# the PROGRAM's own key and device, kept with it: the runtime and the launch ask for both, and an unpickled PROGRAM would find them by
+# walking its whole graph again (bench W4's kernel, ~8,500 UOps: 30 of a warm first call's 125 ms). Each is what the same UOps give
+# (the launch needs them in this process too)
+KEPT = ("key", "device")
+def restore(prg:UOp, props:dict) -> UOp:
+  for nm, v in props.items(): prg.__dict__.setdefault(nm, v)   # (a PROGRAM this process holds already has them)
+  return prg
+
 def cached_to_program(ast, renderer, build:Callable):
   """build(ast, renderer), or the PROGRAM an earlier process built from the same key"""
   if not enabled(): return build(ast, renderer)
-  if (prg:=diskcache_get(TABLE, key:=program_key(ast, renderer))) is not None: return prg
+  if (hit:=diskcache_get(TABLE, key:=program_key(ast, renderer))) is not None: return restore(*hit)
   prg = build(ast, renderer)
   # a PROGRAM that doesn't pickle, or a disk cache that can't be written, is only not kept
-  try: diskcache_put(TABLE, key, prg)
+  try: diskcache_put(TABLE, key, (prg, {getattr(UOp, p).nm: getattr(prg, p) for p in KEPT}))
   except (pickle.PicklingError, TypeError, AttributeError, sqlite3.Error): pass
   return prg
