@@ -41,10 +41,13 @@ def cached_code(p:UPat, has_ctx:bool, get_clause:Callable, get_code:Callable):
   clause = get_clause(p, UOp(Ops.CUSTOMI, arg="uop"))
   lits = [u for u in clause.toposort() if u.op is Ops.PYLITERAL]
   if (key:=clause_key(clause, lits, has_ctx)) is None: return get_code(p, has_ctx)
-  if (hit:=diskcache_get(TABLE, key)) is not None:
-    if hit is False: return None   # it doesn't compile (UPatCompileError): interpreted
-    code, names = hit
-    return marshal.loads(code), {n: lits[i].arg for n, i in names.items()}
+  # a disk cache that can't be read (another thread's connection, a bad entry) is a miss
+  try: hit = diskcache_get(TABLE, key)
+  except sqlite3.Error: hit = None
+  if hit is False: return None   # it doesn't compile (UPatCompileError): interpreted
+  if hit is not None:
+    try: return marshal.loads(hit[0]), {n: lits[i].arg for n, i in hit[1].items()}
+    except (ValueError, EOFError, TypeError, IndexError, KeyError): pass
   ret = get_code(p, has_ctx)
   if ret is None: val = False
   else:
