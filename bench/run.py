@@ -35,6 +35,8 @@ THREAD_ENV = {
   "CPU_COUNT": "1", "NUM_CPU_THREADS": "1",    # caps the THREAD opt (renderer global_max) at 1 thread (0.12's name; 0.14's)
   "CCACHE": "0",                               # tinygrad: no disk cache of compiled kernels, so a first call pays its clang compile
   "PROGRAM_CACHE": "0",                        # ... nor of their codegen (off with CCACHE=0 too; the warm rows turn both on: WARM_RUNS)
+                                               # (0.14's pattern cache, uop/upat_cache.py, stays on: tinygrad's own compiled patterns,
+                                               # as Python's bytecode cache; UPAT_CACHE=0 in the environment measures without it)
   "IGNORE_BEAM_CACHE": "1",                    # ... nor of BEAM search results, so the BEAM row's first call pays its search
   "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
   "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 # the program cache (codegen/program_cache.py) keys a kernel by what the codegen reads, not by a test's mock of a codegen function (the CPU
-# tests force each ISA so): tests build every kernel, unless they ask for the cache (test_first_call_cpu.py's TestProgramCache does)
+# tests force each ISA so): tests build every kernel, unless they ask for the cache (test_first_call_cpu.py's TestProgramCache does). On by
+# default, it is off while pytest runs a test anyway (PYTEST_CURRENT_TEST); this covers kernels a module builds as it is collected too
 os.environ.setdefault("PROGRAM_CACHE", "0")
 
 ROOT = Path(__file__).resolve().parent.parent

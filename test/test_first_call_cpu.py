@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from tinygrad import Tensor, Device
 from tinygrad.helpers import Context
-from tinygrad.uop.ops import UOp, Ops
+from tinygrad.uop.ops import UOp, UPat, Ops
 from tinygrad.dtype import dtypes
 from tinygrad.fork_line import LINE_012
 if LINE_012: raise unittest.SkipTest("the 0.14 line's first-call: 0.12's CPU device has no programs of its own and its compile no pool")
@@ -95,8 +95,9 @@ print(built[0], ",".join(sorted(p.key.hex() for p in cg.to_program_cache.values(
 @skip_unless('program-cache')
 class TestProgramCache(unittest.TestCase):
   """the PROGRAMs kept across processes (codegen/program_cache.py): a hit is the PROGRAM a miss builds; any change of what the codegen
-  reads (the kernel, an environment variable, a Context, the sources) misses; CCACHE=0, PROGRAM_CACHE=0, CACHELEVEL=0 build every kernel. The
-  other tests run with PROGRAM_CACHE=0 (conftest.py): a mock of a codegen function is not in the key"""
+  reads (the kernel, an environment variable, a Context, the sources) misses; CCACHE=0, PROGRAM_CACHE=0, CACHELEVEL=0 build every kernel. On
+  by default, but not while pytest runs a test, and the other tests run with PROGRAM_CACHE=0 (conftest.py): a mock of a codegen function
+  is not in the key"""
   def setUp(self):
     self.tmp = tempfile.TemporaryDirectory()
     self.db = os.path.join(self.tmp.name, "cache.db")
@@ -131,9 +132,17 @@ class TestProgramCache(unittest.TestCase):
     self.assertEqual(run_fresh(code, last=2, env=env).split()[0], "1")
     self.assertEqual(run_fresh(code, last=2, env=env).split()[0], "0")
 
-  def test_off_by_default(self):
+  def test_on_by_default(self):
+    # no PROGRAM_CACHE in the environment and no test of pytest's running: the second process hits, the miss's PROGRAM
+    miss, hit = self.run_kernel(PROGRAM_CACHE=None, PYTEST_CURRENT_TEST=None), self.run_kernel(PROGRAM_CACHE=None, PYTEST_CURRENT_TEST=None)
+    self.assertEqual((miss[0], hit[0]), (1, 0))
+    self.assertEqual(miss[1], hit[1])
+
+  def test_off_while_pytest_runs_a_test(self):
+    # unset, it is off in a test (a mock of a codegen function is not in the key); PROGRAM_CACHE=1 still forces it on
     self.run_kernel()
-    self.assertEqual(self.run_kernel(PROGRAM_CACHE=None)[0], 1)   # no PROGRAM_CACHE in the environment: builds
+    self.assertEqual(self.run_kernel(PROGRAM_CACHE=None, PYTEST_CURRENT_TEST="test_x.py::test (call)")[0], 1)
+    self.assertEqual(self.run_kernel(PYTEST_CURRENT_TEST="test_x.py::test (call)")[0], 0)
 
   def test_patched_renderer_attribute_misses(self):
     from tinygrad.codegen import program_cache as pc
@@ -160,6 +169,77 @@ class TestProgramCache(unittest.TestCase):
     edited = [(f, size + 1, mt) if f == "codegen/__init__.py" else (f, size, mt) for f, size, mt in srcs]
     with unittest.mock.patch.object(pc, "_process_key", return_value=(tuple(edited), mach, names)):
       self.assertNotEqual(key, pc.program_key(ast, ren))
+
+UPAT_CODE = """
+from tinygrad.uop.ops import UPat, UOp, Ops
+from tinygrad.dtype import dtypes
+from tinygrad.uop import upat, upat_cache
+from tinygrad.schedule.rangeify import pm_mops
+from tinygrad.uop.symbolic import symbolic
+def code(p, fxn):   # the code object and each name's literal, as upat_compile gets them
+  import inspect
+  ret = upat_cache.cached_code(p, "ctx" in inspect.signature(fxn).parameters, upat._get_clause, upat._get_code)
+  if ret is None: return None
+  return (ret[0] if not isinstance(ret[0], str) else compile(ret[0], "<string>", "exec")), {k: (type(v), v) for k, v in ret[1].items()}
+pats = [(p, f) for pm in (symbolic, pm_mops) for p, f in pm.patterns]
+print(len(pats), sum(code(p, f) is None for p, f in pats))
+"""
+
+@skip_unless('first-call-fixed-cost')
+class TestFirstCallFixedCost(unittest.TestCase):
+  """what a process's first kernel pays once: each pattern's globals found once (deconstruct_function), a compiled pattern's code kept
+  across processes (uop/upat_cache.py), a cached PROGRAM's key and device kept with it"""
+  def test_deconstruct_function_globals(self):
+    # against the plain definition: a global is kept iff the code (or code nested in it) names it
+    import types
+    from tinygrad.uop.ops import deconstruct_function
+    from tinygrad.uop.symbolic import symbolic
+    def names(co): return set(co.co_names).union(*(names(c) for c in co.co_consts if isinstance(c, types.CodeType)))
+    for _, fxn in symbolic.patterns:
+      code, globs, name, defaults = deconstruct_function(fxn)
+      self.assertEqual(list(globs.items()), [(k, v) for k, v in fxn.__globals__.items() if k in names(fxn.__code__)])
+      self.assertEqual((code, name, defaults), (fxn.__code__, fxn.__name__, fxn.__defaults__))
+
+  def test_upat_code_hit_is_the_miss(self):
+    # a process that renders every pattern of symbolic and pm_mops, then one that reads them: the same patterns left uncompiled
+    with tempfile.TemporaryDirectory() as d:
+      env = {"CACHEDB": os.path.join(d, "cache.db"), "UPAT_CACHE": "1"}
+      miss, hit, off = (run_fresh(UPAT_CODE, last=2, env=e) for e in (env, env, {**env, "UPAT_CACHE": "0"}))
+    self.assertEqual(miss, off)
+    self.assertEqual(hit, off)
+    # the code objects (their flags too) and the literal bound to each name, a miss then a hit in one process
+    with tempfile.TemporaryDirectory() as d:
+      code = UPAT_CODE.replace("print(", "first = [code(p, f) for p, f in pats]\nprint(first == [code(p, f) for p, f in pats], ")
+      self.assertEqual(run_fresh(code, last=3, env={"CACHEDB": os.path.join(d, "cache.db"), "UPAT_CACHE": "1"}).split()[0], "True")
+
+  def test_upat_code_changed_pattern_misses(self):
+    from tinygrad.uop import upat, upat_cache
+    def key(p):
+      clause = upat._get_clause(p, UOp(Ops.CUSTOMI, arg="uop"))
+      return upat_cache.clause_key(clause, [u for u in clause.toposort() if u.op is Ops.PYLITERAL], False)
+    base = key(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))))
+    self.assertEqual(base, key(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c")))))
+    self.assertNotEqual(base, key(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c")))))
+    self.assertNotEqual(base, key(UPat(Ops.ADD, src=(UPat.var("y"), UPat.cvar("c")))))
+    self.assertNotEqual(base, key(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c")), allow_any_len=True)))
+    # a literal is a name in the code: another dtype renders the same code, its own literal bound to it
+    self.assertEqual(key(UPat(Ops.CAST, dtypes.float, name="x")), key(UPat(Ops.CAST, dtypes.int, name="x")))
+    self.assertNotEqual(key(UPat(Ops.CAST, dtypes.float, name="x")), key(UPat(Ops.CAST, (dtypes.float, dtypes.int), name="x")))
+
+  def test_program_key_kept_is_the_graph_key(self):
+    # the hit's PROGRAM carries its key and device from the disk cache: what hashing its UOps again gives
+    code = BUILD.replace("EXPR_NP", "np.exp(x - w)").replace("EXPR", "(X - W).exp()") + """
+import hashlib
+def fresh(root):
+  h = {}
+  for u in root.toposort(): h[u] = hashlib.sha256(str((u.op, u.dtype, u.arg)).encode() + b"".join(h[s] for s in u.src)).digest()
+  return h[root]
+print(all(fresh(p) == p.key for p in cg.to_program_cache.values()), {p.device for p in cg.to_program_cache.values()} == {"CPU"})"""
+    with tempfile.TemporaryDirectory() as d:
+      env = {"CACHEDB": os.path.join(d, "cache.db"), "CCACHE": "1", "PROGRAM_CACHE": "1", "DEBUG": "0"}
+      self.assertEqual(run_fresh(code, last=4, env=env).split()[0], "1")
+      built, _, same_key, same_dev = run_fresh(code, last=4, env=env).split()
+    self.assertEqual((built, same_key, same_dev), ("0", "True", "True"))
 
 @skip_unless('program-cache')
 class TestUPatCompileAfter(unittest.TestCase):

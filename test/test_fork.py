@@ -213,7 +213,8 @@ class TestRepo(unittest.TestCase):
     perf = {"0.12.0": ["cpu-vector-alus", "cpu-heuristics", "cpu-cold-branch", "cpu-payne-hanek-shifts", "lazy-pattern-matcher", "clang-first-call",
                        "eager-cost", "gpu-heuristics"],
             "0.14.0": ["eager-shortcuts", "jit-replay", "callify-cache", "gradient-cache", "gpu-heuristics", "cpu-graph", "cpu-codegen",
-                       "first-call", "cpu-avx512-tile", "program-cache", "upat-compile-after", "cpu-vector-lanes", "realize-shared-lookup"]}
+                       "first-call", "cpu-avx512-tile", "program-cache", "upat-compile-after", "cpu-vector-lanes", "realize-shared-lookup",
+                       "first-call-fixed-cost"]}
     self.assertEqual(full[len(vmap):], perf[fork.upstream_line(ROOT)])
 
 class TestWheel(unittest.TestCase):

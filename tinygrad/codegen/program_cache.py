@@ -4,13 +4,15 @@
 from __future__ import annotations
 import functools, hashlib, os, pathlib, pickle, platform, re, shutil, sqlite3, sys
 from typing import Callable
+from tinygrad.uop.ops import UOp
 from tinygrad.helpers import CACHELEVEL, CCACHE, DEBUG, VIZ, ContextVar, diskcache_get, diskcache_put, getenv
 
-# opt in with PROGRAM_CACHE=1 (as JAX's persistent cache is opted into): the key can't see a function or attribute patched in a process
-# (a test's mock.patch of a codegen function), so a default-on cache shared by a test suite's processes could give one test another's
-# program. It also needs CCACHE (CCACHE=0, a cold compile, turns both off) and the disk cache (CACHELEVEL>=1)
-PROGRAM_CACHE = ContextVar("PROGRAM_CACHE", 0)
-TABLE = "program_cache"
+# on by default, as upstream's CCACHE: PROGRAM_CACHE=1 forces it on, PROGRAM_CACHE=0 off. Left unset, it is off while pytest runs a test
+# (PYTEST_CURRENT_TEST): the key can't see a function or attribute patched in a process (a test's mock.patch of a codegen function), so
+# a suite's processes sharing it could give one test another's program. It also needs CCACHE (CCACHE=0, a cold compile, turns both off)
+# and the disk cache (CACHELEVEL>=1)
+PROGRAM_CACHE = ContextVar("PROGRAM_CACHE", -1)
+TABLE = "program_cache_v2"   # v2: (PROGRAM, its key and device)
 
 # the names of the environment variables tinygrad reads by name: getenv("X"), ContextVar("X", ...), os.getenv / os.environ
 ENV_NAME = re.compile(r"""(?:getenv|ContextVar|os\.environ\.get|os\.environ\[)\(?\s*["']([A-Za-z_][A-Za-z0-9_]*)["']""")
@@ -18,11 +20,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent   # the tinygrad package
 
 def _sources() -> list[tuple[str, int, int]]:
   """every module of the package but the bindings (runtime/autogen): path, size and mtime, what Python's bytecode cache checks a source by"""
-  ret = []
+  ret, n = [], len(str(ROOT)) + 1
   for dp, dns, fns in os.walk(ROOT):
     dns[:] = sorted(d for d in dns if d not in ("autogen", "__pycache__"))
     for fn in sorted(fns):
-      if fn.endswith(".py"): ret.append((os.path.relpath(p:=os.path.join(dp, fn), ROOT), (st:=os.stat(p)).st_size, st.st_mtime_ns))
+      if fn.endswith(".py"): ret.append(((p:=os.path.join(dp, fn))[n:], (st:=os.stat(p)).st_size, st.st_mtime_ns))   # relative to ROOT
   return ret
 
 @functools.cache
@@ -40,8 +42,9 @@ def machine() -> tuple:
   try: cpu = [l for l in pathlib.Path("/proc/cpuinfo").read_text().splitlines() if l.startswith(("flags", "model name"))][:2]
   except OSError: cpu = []
   cc = shutil.which(getenv("CC", "clang"))
-  return (sys.version, platform.machine(), platform.processor(), tuple(cpu), cc, (st:=os.stat(cc)).st_size if cc else None,
-          st.st_mtime_ns if cc else None)
+  # platform.processor() only without /proc/cpuinfo: on Linux it runs `uname -p` (~5 ms a process) for what cpuinfo's lines say better
+  return (sys.version, platform.machine(), platform.processor() if not cpu else None, tuple(cpu), cc,
+          (st:=os.stat(cc)).st_size if cc else None, st.st_mtime_ns if cc else None)
 
 @functools.cache
 def _process_key() -> tuple:
@@ -62,14 +65,23 @@ def program_key(ast, renderer) -> str:
   return hashlib.sha256(repr((ast.key, ren, ctxvars, env, srcs, mach)).encode()).hexdigest()
 
 def enabled() -> bool:   # DEBUG>=3 and VIZ show the codegen
-  return bool(PROGRAM_CACHE) and bool(CCACHE) and CACHELEVEL >= 1 and not VIZ and DEBUG < 3
+  on = PROGRAM_CACHE.value > 0 or (PROGRAM_CACHE.value < 0 and "PYTEST_CURRENT_TEST" not in os.environ)
+  return on and bool(CCACHE) and CACHELEVEL >= 1 and not VIZ and DEBUG < 3
+
+# the PROGRAM's own key and device, kept with it: the runtime and the launch ask for both, and an unpickled PROGRAM would find them by
+# walking its whole graph again (bench W4's kernel, ~8,500 UOps: 30 of a warm first call's 125 ms). Each is what the same UOps give
+# (the launch needs them in this process too)
+KEPT = ("key", "device")
+def restore(prg:UOp, props:dict) -> UOp:
+  for nm, v in props.items(): prg.__dict__.setdefault(nm, v)   # (a PROGRAM this process holds already has them)
+  return prg
 
 def cached_to_program(ast, renderer, build:Callable):
   """build(ast, renderer), or the PROGRAM an earlier process built from the same key"""
   if not enabled(): return build(ast, renderer)
-  if (prg:=diskcache_get(TABLE, key:=program_key(ast, renderer))) is not None: return prg
+  if (hit:=diskcache_get(TABLE, key:=program_key(ast, renderer))) is not None: return restore(*hit)
   prg = build(ast, renderer)
   # a PROGRAM that doesn't pickle, or a disk cache that can't be written, is only not kept
-  try: diskcache_put(TABLE, key, prg)
+  try: diskcache_put(TABLE, key, (prg, {getattr(UOp, p).nm: getattr(prg, p) for p in KEPT}))
   except (pickle.PicklingError, TypeError, AttributeError, sqlite3.Error): pass
   return prg
