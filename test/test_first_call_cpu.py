@@ -309,5 +309,113 @@ class TestFirstBuildTier(unittest.TestCase):
     self.assertEqual(quick[1:], [set(), set()])
     self.assertTrue(quick[0].isdisjoint(to_program_cache.values()))
 
+@skip_unless('codegen-quick-passes')
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU renderer's kernels")
+class TestQuickPasses(unittest.TestCase):
+  """codegen/quick_passes.py: full_rewrite_to_sink skips a pass none of whose patterns can match the kernel; the sink, so the rendered
+  source, is the same as with every pass run (QUICK_PASSES=0), for the bench's W1..W6-like vmapped kernels, a matmul and transcendentals,
+  full and quick (QUICK_OPTS) builds; results against numpy"""
+  def kernels(self, f, *args_np) -> list[UOp]:
+    """the ASTs f's kernels are built from, after checking its result (want) against numpy"""
+    import tinygrad.codegen as cg
+    asts, orig = [], cg.do_to_program
+    def record(ast, ren):
+      asts.append(ast)
+      return orig(ast, ren)
+    with unittest.mock.patch.object(cg, "do_to_program", record), Context(TIERED=0, PARALLEL=0):   # built in this process
+      cg.to_program_cache.clear()
+      out, want = f(*[Tensor(a) for a in args_np]), f(*args_np)
+      np.testing.assert_allclose(out.numpy(), want, rtol=2e-5, atol=2e-5)
+    self.assertTrue(asts)
+    return [a for a in asts if a.op is Ops.SINK]
+
+  def render(self, ast:UOp, quick:bool) -> tuple[UOp, str, int]:
+    import tinygrad.codegen as cg
+    from tinygrad.uop.ops import ProgramInfo
+    ren, passes, orig = Device["CPU"].renderer, [0], cg.graph_rewrite
+    def counting(*a, **kw):
+      passes[0] += 1
+      return orig(*a, **kw)
+    with unittest.mock.patch.object(cg, "graph_rewrite", counting), Context(QUICK_OPTS=int(quick)):
+      sink = cg.full_rewrite_to_sink(ast, ren, optimize=ast.tag is None)
+    prg = cg.do_linearize(ren, UOp(Ops.PROGRAM, src=(sink,), arg=ProgramInfo.from_sink(sink, ren.target)), sink)
+    return sink, ren.render(list(prg.src[1].src)), passes[0]
+
+  def check_same(self, f, *args_np):
+    skipped = 0
+    for ast in self.kernels(f, *args_np):
+      for quick in (False, True):
+        with Context(QUICK_PASSES=0): full_sink, full_src, full_passes = self.render(ast, quick)
+        with Context(QUICK_PASSES=1): sink, src, passes = self.render(ast, quick)
+        self.assertIs(sink, full_sink)
+        self.assertEqual(src, full_src)
+        skipped += full_passes - passes
+    self.assertGreater(skipped, 0, "no pass was skipped")
+
+  def setUp(self): self.rng = np.random.default_rng(56)
+
+  def test_row_reduce(self):   # W1
+    from tinygrad.vmap import vmap
+    x = self.rng.standard_normal((300, 64)).astype(np.float32)
+    self.check_same(lambda X: vmap(lambda r: (r * r).sum() * 2 + r.max())(X) if isinstance(X, Tensor) else (X*X).sum(1)*2 + X.max(1), x)
+
+  def test_mlp(self):   # W2, a matmul with a bias and relu
+    from tinygrad.vmap import vmap
+    x, w1, b1 = self.rng.standard_normal((40, 64)).astype(np.float32), self.rng.standard_normal((64, 64)).astype(np.float32) / 8, \
+      self.rng.standard_normal(64).astype(np.float32) / 8
+    w2, b2 = self.rng.standard_normal((64, 8)).astype(np.float32) / 8, self.rng.standard_normal(8).astype(np.float32) / 8
+    def f(X, W1, B1, W2, B2):
+      if isinstance(X, Tensor): return vmap(lambda x, a, b, c, d: (x @ a + b).relu() @ c + d, in_axes=(0, None, None, None, None))(X, W1, B1, W2, B2)
+      return np.maximum(X @ W1 + B1, 0) @ W2 + B2
+    self.check_same(f, x, w1, b1, w2, b2)
+
+  def test_stack_index(self):   # W3: rows of 3
+    from tinygrad.vmap import vmap
+    x = self.rng.standard_normal((100, 3)).astype(np.float32)
+    def f(X):
+      if isinstance(X, Tensor): return vmap(lambda r: Tensor.stack(r[0] * r[1], r[2] - r[0], r[1]) [1:])(X)
+      return np.stack([X[:, 2] - X[:, 0], X[:, 1]], 1)
+    self.check_same(f, x)
+
+  def test_transcendental(self):   # W4-like: sin and cos of a batch, exp and log
+    from tinygrad.vmap import vmap
+    x = self.rng.uniform(-50, 50, (64, 6)).astype(np.float32)
+    def f(X):
+      if isinstance(X, Tensor): return vmap(lambda r: r.sin() * r.cos() + (r * 0.01).exp() + (r * r + 1).log())(X)
+      X = X.astype(np.float64)
+      return np.sin(X) * np.cos(X) + np.exp(X * 0.01) + np.log(X * X + 1)
+    self.check_same(f, x)
+
+  def test_padded(self):   # a pad: gated loads, an index that is Invalid outside the row
+    from tinygrad.vmap import vmap
+    x = self.rng.standard_normal((50, 9)).astype(np.float32)
+    def f(X):
+      if isinstance(X, Tensor): return vmap(lambda r: r.pad((2, 1)).reshape(3, 4).sum(0) * 3)(X)
+      return np.pad(X, ((0, 0), (2, 1))).reshape(50, 3, 4).sum(1) * 3
+    self.check_same(f, x)
+
+  def test_stencil(self):   # a batch of 2D stencils: gated loads, where the gates pass runs and rewrites
+    from tinygrad.vmap import vmap
+    x = self.rng.standard_normal((6, 10, 12)).astype(np.float32)
+    def f(X):
+      if isinstance(X, Tensor):
+        def st(g):
+          p = g.pad(((1, 1), (1, 1)))
+          return p[:-2, 1:-1] + p[2:, 1:-1] - p[1:-1, :-2] * 2
+        return vmap(st)(X)
+      p = np.pad(X, ((0, 0), (1, 1), (1, 1)))
+      return p[:, :-2, 1:-1] + p[:, 2:, 1:-1] - p[:, 1:-1, :-2] * 2
+    self.check_same(f, x)
+
+  def test_nested_and_where(self):   # W5/W6-like: a nested vmap, a where, a sqrt and a reciprocal
+    from tinygrad.vmap import vmap
+    a, b = self.rng.standard_normal((12, 5)).astype(np.float32), self.rng.standard_normal((7, 5)).astype(np.float32)
+    def f(A, B):
+      if isinstance(A, Tensor):
+        return vmap(lambda x: vmap(lambda y: ((x - y) * (x - y)).sum().sqrt() + (x > y).where(x, 1 / (1 + y * y)).sum())(B))(A)
+      d = A[:, None, :] - B[None, :, :]
+      return np.sqrt((d * d).sum(-1)) + np.where(A[:, None, :] > B[None], A[:, None, :], 1 / (1 + B[None] * B[None])).sum(-1)
+    self.check_same(f, a, b)
+
 if __name__ == "__main__":
   unittest.main()
