@@ -195,9 +195,9 @@ class TestScheduleTemplate(unittest.TestCase):
     m = a.numpy() @ b.numpy()
     want = (np.exp(m - m.max(0)) / np.exp(m - m.max(0)).sum(0) * 2).sum(0)
     launched, orig = [], callify_cache.launch
-    def launch(launches, linear, update_stats):
+    def launch(launches, bufs, update_stats):
       launched.append(len(launches))
-      return orig(launches, linear, update_stats)
+      return orig(launches, bufs, update_stats)
     callify_cache.launch = launch
     try:
       counts = []
@@ -211,6 +211,49 @@ class TestScheduleTemplate(unittest.TestCase):
     self.assertGreater(launched[0], 1)        # kernels with intermediates between them (views of the planner's buffer)
     self.assertEqual(counts[1], counts[0])
     self.assertEqual(counts[2], counts[0])
+
+  def test_plan_launches_on_the_linears_buffers(self):
+    # a kept schedule's hit builds no linear: its plan gives each kernel the Buffers the instantiated linear's args would (UOp.buffer),
+    # the CALL args' own and new intermediates, views at their places; TEMPLATE_CHECK=1 builds the linear and compares (check_plan)
+    from tinygrad.helpers import Context
+    f = lambda a, b: ((a @ b).softmax(0) * 2).sum(0)   # intermediates: views of the memory planner's buffer
+    a, b = Tensor(rand(5, 3, seed=0)).realize(), Tensor(rand(3, 4, seed=1)).realize()
+    m = a.numpy() @ b.numpy()
+    want = (np.exp(m - m.max(0)) / np.exp(m - m.max(0)).sum(0) * 2).sum(0)
+    for _ in range(2): f(a, b).realize()
+    plan = callify_cache._templates[callify_cache.graph_structure(UOp.sink(f(a, b).uop))[0]].plan
+    self.assertIsNotNone(plan)
+    self.assertTrue(any(inter for kernel in plan.where for inter, _, _ in kernel))
+    self.assertTrue(any(view is not None for kernel in plan.where for _, _, view in kernel))
+    checked, built, orig_check, orig_linear = [], [], callify_cache.check_plan, callify_cache.instantiate_linear
+    def check_plan(got, linear, launches):
+      checked.append(len(got))
+      return orig_check(got, linear, launches)
+    def instantiate_linear(*args):
+      built.append(1)
+      return orig_linear(*args)
+    callify_cache.check_plan, callify_cache.instantiate_linear = check_plan, instantiate_linear
+    try:
+      outs = [f(a, b).realize() for _ in range(2)]
+      self.assertEqual((checked, built), ([], []))   # no linear built
+      with Context(TEMPLATE_CHECK=1): outs.append(f(a, b).realize())
+      self.assertEqual((len(checked), len(built)), (1, 1))
+      for out in outs: np.testing.assert_allclose(out.numpy(), want, rtol=1e-5)
+      self.assertEqual(len({id(o.uop.base.buffer) for o in outs}), 3)   # each call its own output buffer
+    finally: callify_cache.check_plan, callify_cache.instantiate_linear = orig_check, orig_linear
+
+  def test_a_wrong_plan_is_caught(self):
+    from tinygrad.helpers import Context
+    f = lambda a, b: ((a @ b).softmax(0) * 3).sum(0)
+    a, b = Tensor(rand(5, 3, seed=0)).realize(), Tensor(rand(3, 4, seed=1)).realize()
+    for _ in range(2): f(a, b).realize()
+    t = callify_cache._templates[callify_cache.graph_structure(UOp.sink(f(a, b).uop))[0]]
+    k = next(i for i, kernel in enumerate(t.plan.where) if len(kernel) >= 2)
+    kernel = t.plan.where[k]
+    good, t.plan = t.plan, replace(t.plan, where=t.plan.where[:k] + ((kernel[1], kernel[0]) + kernel[2:],) + t.plan.where[k+1:])
+    try:
+      with Context(TEMPLATE_CHECK=1), self.assertRaises(AssertionError): f(a, b).realize()
+    finally: t.plan = good
 
   def test_codegen_settings_compile_again(self):
     from tinygrad.helpers import Context

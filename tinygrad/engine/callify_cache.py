@@ -8,7 +8,7 @@
 from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from math import prod
-from typing import Any, Callable
+from typing import Any, Callable, cast
 from tinygrad.uop import Ops, GroupOp
 from tinygrad.uop.ops import UOp, sym_infer
 from tinygrad.dtype import AddrSpace, DType, dtypes
@@ -57,6 +57,7 @@ class CallTemplate:
   linear_config: tuple = ()             # the codegen settings it was compiled with (to_program_config: NOOPT, DEVECTORIZE, ...)
   views: dict = field(default_factory=dict)   # a kernel arg of `linear` that is a view: where it lies in its buffer (contiguous_view), its size
   launches: tuple[Launch, ...]|None = None   # linear's kernels as launches (make_launches), None where they take exec_kernel
+  plan: Plan|None = None                # where each launch's buffers come from (make_plan): a hit builds no linear, None where it does
 
 def _swap_buffers(u:UOp, subs:dict[UOp, UOp], new:Callable[[UOp], UOp]|None=None) -> UOp:
   """u with the nodes in subs replaced and, with `new`, a new(b) for every other BUFFER b, the same one wherever b is (a view or a
@@ -169,12 +170,68 @@ def make_launches(linear:UOp) -> tuple[Launch, ...]|None:
                       sym_infer(est.ops, {}), sym_infer(est.mem, {})))
   return tuple(ret)
 
-def launch(launches:tuple[Launch, ...], linear:UOp, update_stats:bool) -> None:
-  """run_linear of an instantiated kept schedule with no Variables: exec_kernel's launch and track_stats's counters, no DEBUG lines"""
-  for c, l in zip(linear.src, launches):
-    bufs = [c.src[1+i].buffer for i in l.globals]
-    if not all(isinstance(b, Buffer) for b in bufs): raise RuntimeError(f"a kept schedule's kernel {c.src[0].arg.name} is on several devices")
-    et = l.runtime(*[b.ensure_allocated().get_buf(l.device) for b in bufs], global_size=l.global_size, local_size=l.local_size, vals=l.vals,
+@dataclass(frozen=True)
+class Plan:
+  """where the Buffers of a kept schedule's kernels come from, so a hit launches it without building its linear (instantiate_linear,
+  ~0.08 ms of bench W6's eager call) or asking UOp.buffer of each kernel arg: per kernel global, (CALL arg j or intermediate k, its view)"""
+  fresh: tuple[tuple[str, int, DType], ...]                                       # per intermediate: what UOp.buffer allocates for it
+  where: tuple[tuple[tuple[bool, int, tuple[int, DType, int]|None], ...], ...]   # per kernel, per global: (intermediate?, index, view)
+
+def make_plan(t:CallTemplate) -> Plan|None:
+  """t's kept schedule as a Plan: each kernel global through what UOp.buffer looks through to a CALL arg's placeholder or an intermediate
+  BUFFER, or to a view of one at its place (UOp.buffer's); None where one is something else"""
+  assert t.linear is not None and t.launches is not None
+  arg_index, fresh = {p:j for j,p in enumerate(t.placeholders)}, {}
+  where = []
+  for c, l in zip(t.linear.src, t.launches):
+    kernel = []
+    for i in l.globals:
+      b, view = c.src[1+i], None
+      while b.op in _BUFFER_THROUGH: b = b.src[0]
+      if b is not b.base or b.op is Ops.BITCAST:
+        if (cv:=b.contiguous_view()) is None: return None
+        view, b = (prod(b.max_shape), b.dtype, cv[1]*cv[0].dtype.itemsize), cv[0].base
+      if b.op is not Ops.BUFFER or not isinstance(b.device, str): return None
+      if b in arg_index: kernel.append((False, arg_index[b], view))
+      else: kernel.append((True, fresh.setdefault(b, len(fresh)), view))
+    where.append(tuple(kernel))
+  return Plan(tuple((b.device, b.max_numel(), b.dtype) for b in fresh), tuple(where))
+
+def plan_buffers(plan:Plan, args:tuple[UOp, ...]) -> list[list[Buffer]]:
+  """the Buffers each kernel of a kept schedule runs on, for a realize whose CALL args are `args`: the args' own (UOp.buffer, where the
+  realized Tensors find them) and new intermediates, and views of those, each made once"""
+  argbufs: dict[int, Any] = {}
+  fresh = [Buffer(d, n, dt).ref(1) for d,n,dt in plan.fresh]
+  views: dict[tuple, Buffer] = {}
+  ret = []
+  for kernel in plan.where:
+    bufs = []
+    for spec in kernel:
+      inter, j, view = spec
+      if inter: b = fresh[j]
+      elif (b:=argbufs.get(j)) is None: b = argbufs[j] = args[j].buffer
+      if view is not None and (b:=views.get(spec)) is None: b = views[spec] = (fresh[j] if inter else argbufs[j]).view(*view)
+      bufs.append(b)
+    ret.append(bufs)
+  return ret
+
+def check_plan(got:list[list[Buffer]], linear:UOp, launches:tuple[Launch, ...]) -> None:
+  """TEMPLATE_CHECK: a plan's Buffers are those the instantiated linear's args give (UOp.buffer), an intermediate one for one"""
+  bases: dict[int, Buffer] = {}
+  back: dict[int, Buffer] = {}
+  for c, l, bufs in zip(linear.src, launches, got, strict=True):
+    for i, g in zip(l.globals, bufs, strict=True):
+      w = c.src[1+i].buffer
+      if (g.device, g.size, g.dtype, g.offset) != (w.device, w.size, w.dtype, w.offset) or bases.setdefault(id(g.base), w.base) is not w.base \
+         or back.setdefault(id(w.base), g.base) is not g.base:
+        raise AssertionError(f"a kept schedule's kernel {c.src[0].arg.name}: its plan's buffer {g} isn't the linear's {w}")
+
+def launch(launches:tuple[Launch, ...], bufs:list[list[Buffer]], update_stats:bool) -> None:
+  """run_linear of a kept schedule with no Variables on each kernel's Buffers: exec_kernel's launch and track_stats's counters, no DEBUG
+  lines"""
+  for l, kbufs in zip(launches, bufs):
+    if not all(isinstance(b, Buffer) for b in kbufs): raise RuntimeError(f"a kept schedule's kernel on {l.device} is on several devices")
+    et = l.runtime(*[b.ensure_allocated().get_buf(l.device) for b in kbufs], global_size=l.global_size, local_size=l.local_size, vals=l.vals,
                    wait=False, timeout=None)
     if update_stats:
       GlobalCounters.kernel_count += 1
@@ -214,6 +271,11 @@ def realize_from_template(tensors:list, update_stats:bool) -> bool:
   _apply_becomes(becomes_map, _apply_map_to_tensors)
   config = tuple(x.value for x in to_program_config)
   if t.linear is not None and t.linear_config == config:
+    if t.plan is not None and not PROFILE:   # PROFILE records an event a kernel: exec_kernel and track_stats do that
+      bufs = plan_buffers(t.plan, ret.src[1:])
+      if TEMPLATE_CHECK: check_plan(bufs, instantiate_linear(t, ret.src[1:]), cast(tuple, t.launches))
+      launch(cast(tuple, t.launches), bufs, update_stats)
+      return True
     linear, var_vals = instantiate_linear(t, ret.src[1:]), {}
   else:
     linear, var_vals = create_linear_with_vars(ret)
@@ -221,8 +283,9 @@ def realize_from_template(tensors:list, update_stats:bool) -> bool:
     if not var_vals:
       t.linear, t.linear_config = make_linear_template(linear, ret.src[1:], t.placeholders), config
       t.launches = None if t.linear is None else make_launches(t.linear)
-  # PROFILE records an event a kernel: exec_kernel and track_stats do that
-  if t.launches is not None and not var_vals and not PROFILE: launch(t.launches, linear, update_stats)
+      t.plan = None if t.launches is None else make_plan(t)
+  if t.launches is not None and not var_vals and not PROFILE:
+    launch(t.launches, [[c.src[1+i].buffer for i in l.globals] for c, l in zip(linear.src, t.launches)], update_stats)
   else:
     ctx = ExecContext(var_vals, (), update_stats)
     for call in linear.src: track_stats(ctx, call, perf_counter_us(), pm_exec.rewrite(call, ctx))
