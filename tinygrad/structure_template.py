@@ -15,6 +15,9 @@ from tinygrad.helpers import ContextVar
 
 # on a hit, build the long way's result too and raise where the template's isn't the very same UOps (every hit of the suites was run so)
 TEMPLATE_CHECK = ContextVar("TEMPLATE_CHECK", 0)
+# where a UOp a vmap scope's template built keeps (that template, the scope's leaves): a realize of it needs no walk of its graph
+# (engine/callify_cache.py, realize_from_batch)
+BUILT_FROM = "_built_from"
 
 @dataclass
 class Structure:
