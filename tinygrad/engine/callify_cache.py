@@ -54,6 +54,7 @@ class CallTemplate:
   args: tuple[int|NewBuffer, ...]       # per CALL arg: the index of a graph input buffer, or a new buffer
   placeholders: tuple[UOp, ...]         # per CALL arg, a BUFFER that stands for it in `becomes` and `linear` (never allocated)
   becomes: tuple[tuple[int, UOp], ...]  # (index of a node in the graph's toposort, what it becomes: a view of placeholders)
+  order: tuple[UOp, ...]                # the nodes of what they become that read a placeholder, srcs first: what a hit builds anew
   linear: UOp|None = None               # the compiled schedule on placeholders (and never allocated intermediates), once realized from here
   linear_config: tuple = ()             # the codegen settings it was compiled with (to_program_config: NOOPT, DEVECTORIZE, ...)
   views: dict = field(default_factory=dict)   # a kernel arg of `linear` that is a view: where it lies in its buffer (contiguous_view), its size
@@ -102,15 +103,19 @@ def make_template(ret:UOp, becomes_map:dict[UOp, UOp], nodes:list[UOp], inputs:l
   for k, v in becomes_map.items():
     if k not in node_index or any(u.op is Ops.BUFFER and u not in placeholders for u in v.toposort()): return None
     becomes.append((node_index[k], _swap_buffers(v, dict(placeholders))))
-  return CallTemplate(ret.src[0], ret.arg, tuple(args), tuple(placeholders.values()), tuple(becomes))
+  reads, order, sink = set(placeholders.values()), [], UOp.sink(*[v for _,v in becomes])
+  for x in sink.toposort():
+    if x is not sink and x not in reads and any(s in reads for s in x.src): reads.add(x); order.append(x)
+  return CallTemplate(ret.src[0], ret.arg, tuple(args), tuple(placeholders.values()), tuple(becomes), tuple(order))
 
 def instantiate(t:CallTemplate, nodes:list[UOp], inputs:list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   return instantiate_on(t, [nodes[i] for i,_ in t.becomes], inputs)
 def instantiate_on(t:CallTemplate, becoming:list[UOp], inputs:list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   """the CALL on this graph's input buffers and new output buffers, and what each node of t.becomes (`becoming`, this graph's) becomes"""
   args = tuple(inputs[a] if isinstance(a, int) else UOp.new_buffer(a.device, a.size, a.dtype) for a in t.args)
-  subs = dict(zip(t.placeholders, args))
-  return UOp(Ops.CALL, dtypes.void, (t.body,)+args, t.call_arg), {n:_swap_buffers(v, subs) for n,(_,v) in zip(becoming, t.becomes)}
+  memo = dict(zip(t.placeholders, args))
+  for u in t.order: memo[u] = UOp(u.op, u.dtype, tuple([memo.get(s, s) for s in u.src]), u.arg, u.tag)
+  return UOp(Ops.CALL, dtypes.void, (t.body,)+args, t.call_arg), {n:memo.get(v, v) for n,(_,v) in zip(becoming, t.becomes)}
 
 def check_instantiated(got:tuple[UOp, dict[UOp, UOp]], want:tuple[UOp, dict[UOp, UOp]]) -> None:
   """TEMPLATE_CHECK: a hit's CALL and map are transform_to_call's, but for the new output buffers each makes (one for one)"""
@@ -252,8 +257,8 @@ def _apply_becomes(becomes_map:dict[UOp, UOp], apply_map_to_tensors:Callable[[di
   of the map (the realized Tensors themselves, an eager call's outputs), that is the map's value, with no graph_rewrite of them all
   (~0.1 ms in bench W6); a Tensor built on a key (a view of one, an op after it) takes the rewrite"""
   from tinygrad.tensor import all_tensors, _realize_undo
-  in_map: dict[UOp, bool] = {}
-  def visitor(node:UOp) -> bool: return True if node in becomes_map else any(in_map.get(s, False) for s in node.src)
+  in_map: dict[UOp, bool] = dict.fromkeys(becomes_map, True)   # a Tensor on a key isn't walked (the realized ones: their whole graph)
+  def visitor(node:UOp) -> bool: return any(in_map.get(s, False) for s in node.src)
   touched = [t for tref in list(all_tensors) if (t:=tref()) is not None and t.uop.topovisit(visitor, in_map)]
   if not (fast:=all(t.uop in becomes_map for t in touched)) or TEMPLATE_CHECK:
     want = {t: becomes_map[t.uop] for t in touched} if fast else {}
