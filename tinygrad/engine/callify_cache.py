@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any, Callable, cast
 from tinygrad.uop import Ops, GroupOp
-from tinygrad.uop.ops import UOp, sym_infer
+from tinygrad.uop.ops import UOp, ParamArg, sym_infer
 from tinygrad.dtype import AddrSpace, DType, dtypes
 from tinygrad.helpers import VIZ, DEBUG, BEAM, SCACHE, CAPTURING, VALIDATE_WITH_CPU, PROFILE, GlobalCounters, getenv, perf_counter_us
 from tinygrad.uop.ops import buffers
@@ -112,7 +112,9 @@ def instantiate(t:CallTemplate, nodes:list[UOp], inputs:list[UOp]) -> tuple[UOp,
   return instantiate_on(t, [nodes[i] for i,_ in t.becomes], inputs)
 def instantiate_on(t:CallTemplate, becoming:list[UOp], inputs:list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   """the CALL on this graph's input buffers and new output buffers, and what each node of t.becomes (`becoming`, this graph's) becomes"""
-  args = tuple(inputs[a] if isinstance(a, int) else UOp.new_buffer(a.device, a.size, a.dtype) for a in t.args)
+  # a new output buffer is UOp.new_buffer's, from its placeholder (UOp's dtype rule for a BUFFER walks ~40 match cases: ~10 us a buffer)
+  args = tuple(inputs[a] if isinstance(a, int) else UOp(Ops.BUFFER, p.dtype, p.src, ParamArg(next(UOp.unique_num), a.dtype, device=a.device))
+               for a,p in zip(t.args, t.placeholders))
   memo = dict(zip(t.placeholders, args))
   for u in t.order: memo[u] = UOp(u.op, u.dtype, tuple([memo.get(s, s) for s in u.src]), u.arg, u.tag)
   return UOp(Ops.CALL, dtypes.void, (t.body,)+args, t.call_arg), {n:memo.get(v, v) for n,(_,v) in zip(becoming, t.becomes)}
@@ -206,10 +208,13 @@ def make_plan(t:CallTemplate) -> Plan|None:
     where.append(tuple(kernel))
   return Plan(tuple((b.device, b.max_numel(), b.dtype) for b in fresh), tuple(where))
 
-def plan_buffers(plan:Plan, args:tuple[UOp, ...]) -> list[list[Buffer]]:
+def plan_buffers(plan:Plan, args:tuple[UOp, ...], new_args:tuple[int|NewBuffer, ...]) -> list[list[Buffer]]:
   """the Buffers each kernel of a kept schedule runs on, for a realize whose CALL args are `args`: the args' own (UOp.buffer, where the
-  realized Tensors find them) and new intermediates, and views of those, each made once"""
+  realized Tensors find them: a new one made here as UOp.buffer makes it, without its ~10 us) and new intermediates, and views of those,
+  each made once"""
   argbufs: dict[int, Any] = {}
+  for j,(u,a) in enumerate(zip(args, new_args)):
+    if isinstance(a, NewBuffer) and u not in buffers: buffers[u] = argbufs[j] = Buffer(a.device, a.size, u.dtype).ref(1)
   fresh = [Buffer(d, n, dt).ref(1) for d,n,dt in plan.fresh]
   views: dict[tuple, Buffer] = {}
   ret = []
@@ -349,8 +354,11 @@ def realize_from_template(tensors:list, update_stats:bool) -> bool:
   config = tuple(x.value for x in to_program_config)
   if t.linear is not None and t.linear_config == config:
     if t.plan is not None and not PROFILE:   # PROFILE records an event a kernel: exec_kernel and track_stats do that
-      bufs = plan_buffers(t.plan, ret.src[1:])
-      if TEMPLATE_CHECK: check_plan(bufs, instantiate_linear(t, ret.src[1:]), cast(tuple, t.launches))
+      bufs = plan_buffers(t.plan, ret.src[1:], t.args)
+      if TEMPLATE_CHECK:
+        check_plan(bufs, instantiate_linear(t, ret.src[1:]), cast(tuple, t.launches))
+        for u in ret.src[1:]:   # each new one as UOp.buffer makes it
+          if (b:=buffers[u]).device != u.device or b.size != u.max_numel() or b.dtype != u.dtype: raise AssertionError(f"{b} for {u}")
       launch(cast(tuple, t.launches), bufs, update_stats)
       return True
     linear, var_vals = instantiate_linear(t, ret.src[1:]), {}
