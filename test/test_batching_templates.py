@@ -125,5 +125,31 @@ class TestTemplateIsBatching(unittest.TestCase):
       return (h.sum(0), h.max(0) * 3, h.sum(0)), (r,)   # a shared node, and an output that is an earlier one
     self.assert_same_batch(example)
 
+class TestFirstDevice(unittest.TestCase):
+  """on_device asks a transform's output for its device with first_device, which finds what UOp.device finds (a node's is its first src's
+  that has one) down to the first such node. Each graph is built twice on its own buffers: UOp.device of one is the expected value"""
+  def test_what_uop_device_finds(self):
+    from tinygrad.uop.ops import UOp, Ops
+    from tinygrad.dtype import dtypes
+    from tinygrad.transform_state import first_device
+    c = UOp.const(2.5, dtypes.float32)
+    graphs = {
+      "consts only": lambda a, b: (c + 1.0) * c,
+      "a buffer": lambda a, b: (a + 1.0).exp2(),
+      "constants first, then a buffer": lambda a, b: (c * 3.0) + (b.reshape((2, 2)).sum(0).reshape((2,)).pad(((0, 2),)) * c),
+      "the first src's device wins": lambda a, b: a + b,
+      "a copy": lambda a, b: (c + 1.0) * a.copy_to_device("CPU:1"),
+      "a shared subgraph of constants": lambda a, b: ((s:=(c * 2.0).exp2()) + s) + b,
+    }
+    for name, g in graphs.items():
+      with self.subTest(name):
+        leaves = [(UOp.new_buffer("CPU", 4, dtypes.float32), UOp.new_buffer("CPU:1", 4, dtypes.float32)) for _ in range(2)]
+        want, u = g(*leaves[0]).device, g(*leaves[1])
+        self.assertEqual(first_device(u), want)
+        self.assertEqual(u.device, want)   # kept as u's: what the property returns
+    u = ((c * 3.0).exp2() + (UOp.new_buffer("CPU", 4, dtypes.float32) + 1.0))
+    first_device(u)
+    self.assertTrue(all("_RECURSIVE_PROPERTY_device" not in x.__dict__ for x in u.src))   # no other node's device computed
+
 if __name__ == "__main__":
   unittest.main()

@@ -195,9 +195,9 @@ class TestScheduleTemplate(unittest.TestCase):
     m = a.numpy() @ b.numpy()
     want = (np.exp(m - m.max(0)) / np.exp(m - m.max(0)).sum(0) * 2).sum(0)
     launched, orig = [], callify_cache.launch
-    def launch(launches, linear, update_stats):
+    def launch(launches, bufs, update_stats):
       launched.append(len(launches))
-      return orig(launches, linear, update_stats)
+      return orig(launches, bufs, update_stats)
     callify_cache.launch = launch
     try:
       counts = []
@@ -211,6 +211,49 @@ class TestScheduleTemplate(unittest.TestCase):
     self.assertGreater(launched[0], 1)        # kernels with intermediates between them (views of the planner's buffer)
     self.assertEqual(counts[1], counts[0])
     self.assertEqual(counts[2], counts[0])
+
+  def test_plan_launches_on_the_linears_buffers(self):
+    # a kept schedule's hit builds no linear: its plan gives each kernel the Buffers the instantiated linear's args would (UOp.buffer),
+    # the CALL args' own and new intermediates, views at their places; TEMPLATE_CHECK=1 builds the linear and compares (check_plan)
+    from tinygrad.helpers import Context
+    f = lambda a, b: ((a @ b).softmax(0) * 2).sum(0)   # intermediates: views of the memory planner's buffer
+    a, b = Tensor(rand(5, 3, seed=0)).realize(), Tensor(rand(3, 4, seed=1)).realize()
+    m = a.numpy() @ b.numpy()
+    want = (np.exp(m - m.max(0)) / np.exp(m - m.max(0)).sum(0) * 2).sum(0)
+    for _ in range(2): f(a, b).realize()
+    plan = callify_cache._templates[callify_cache.graph_structure(UOp.sink(f(a, b).uop))[0]].plan
+    self.assertIsNotNone(plan)
+    self.assertTrue(any(inter for kernel in plan.where for inter, _, _ in kernel))
+    self.assertTrue(any(view is not None for kernel in plan.where for _, _, view in kernel))
+    checked, built, orig_check, orig_linear = [], [], callify_cache.check_plan, callify_cache.instantiate_linear
+    def check_plan(got, linear, launches):
+      checked.append(len(got))
+      return orig_check(got, linear, launches)
+    def instantiate_linear(*args):
+      built.append(1)
+      return orig_linear(*args)
+    callify_cache.check_plan, callify_cache.instantiate_linear = check_plan, instantiate_linear
+    try:
+      outs = [f(a, b).realize() for _ in range(2)]
+      self.assertEqual((checked, built), ([], []))   # no linear built
+      with Context(TEMPLATE_CHECK=1): outs.append(f(a, b).realize())
+      self.assertEqual((len(checked), len(built)), (1, 1))
+      for out in outs: np.testing.assert_allclose(out.numpy(), want, rtol=1e-5)
+      self.assertEqual(len({id(o.uop.base.buffer) for o in outs}), 3)   # each call its own output buffer
+    finally: callify_cache.check_plan, callify_cache.instantiate_linear = orig_check, orig_linear
+
+  def test_a_wrong_plan_is_caught(self):
+    from tinygrad.helpers import Context
+    f = lambda a, b: ((a @ b).softmax(0) * 3).sum(0)
+    a, b = Tensor(rand(5, 3, seed=0)).realize(), Tensor(rand(3, 4, seed=1)).realize()
+    for _ in range(2): f(a, b).realize()
+    t = callify_cache._templates[callify_cache.graph_structure(UOp.sink(f(a, b).uop))[0]]
+    k = next(i for i, kernel in enumerate(t.plan.where) if len(kernel) >= 2)
+    kernel = t.plan.where[k]
+    good, t.plan = t.plan, replace(t.plan, where=t.plan.where[:k] + ((kernel[1], kernel[0]) + kernel[2:],) + t.plan.where[k+1:])
+    try:
+      with Context(TEMPLATE_CHECK=1), self.assertRaises(AssertionError): f(a, b).realize()
+    finally: t.plan = good
 
   def test_codegen_settings_compile_again(self):
     from tinygrad.helpers import Context
@@ -233,6 +276,92 @@ class TestScheduleTemplate(unittest.TestCase):
       out = jf(Tensor(a).realize(), Tensor(b).realize())
       np.testing.assert_allclose(out.numpy(), np.maximum(a @ b, 0).sum(0) + a.max(), rtol=1e-5)
     self.assertGreater(len(jf.captured.linear.src), 1)
+
+class CountWalks:
+  """counts the realizes that walked their graph (graph_structure) while in the with block"""
+  def __enter__(self):
+    self.n, self.orig = 0, callify_cache.graph_structure
+    def counted(big_sink):
+      self.n += 1
+      return self.orig(big_sink)
+    callify_cache.graph_structure = counted
+    return self
+  def __exit__(self, *exc): callify_cache.graph_structure = self.orig
+
+def np_mlp_grads(w1, b1, w2, X, Y):
+  h = X @ w1 + b1
+  d = 2 * (np.maximum(h, 0) @ w2 - Y)
+  g = d[:, None] * w2 * (h > 0)
+  return X[:, :, None] * g[:, None, :], g, d[:, None] * np.maximum(h, 0)
+
+class TestRealizeFromBatch(unittest.TestCase):
+  """a realize of a vmap call's outputs, which its scope's templates built: kept per those templates and the leaves' own structure, it
+  walks no graph (graph_structure); TEMPLATE_CHECK=1 walks it and compares. A changed structure walks, and every result matches numpy"""
+  @staticmethod
+  def grads(w1, b1, w2, x, y): return tuple((((x @ w1 + b1).relu() @ w2 - y) ** 2).gradient(w1, b1, w2))
+
+  def test_per_example_gradients_walk_once(self):
+    from tinygrad.helpers import Context
+    fn = vmap(self.grads, in_axes=(None, None, None, 0, 0))
+    w = [Tensor(rand(4, 6, seed=1)).realize(), Tensor(rand(6, seed=2)).realize(), Tensor(rand(6, seed=3)).realize()]
+    walks = []
+    for i in range(5):
+      X, Y = rand(7, 4, seed=10+i), rand(7, seed=20+i)
+      x, y = Tensor(X).realize(), Tensor(Y).realize()
+      with Context(TEMPLATE_CHECK=int(i == 4)), CountWalks() as count: Tensor.realize(*(out:=fn(*w, x, y)))
+      walks.append(count.n)
+      for g, want in zip(out, np_mlp_grads(*[t.numpy() for t in w], X, Y)): np.testing.assert_allclose(g.numpy(), want, rtol=1e-4, atol=1e-5)
+    self.assertEqual(walks[2:4], [0, 0])   # the second realize keeps what it walked, the third on take it
+    self.assertGreaterEqual(walks[4], 1)   # TEMPLATE_CHECK: walked, and the same
+
+  def test_changed_structure_walks(self):
+    # the same scope templates on leaves of another structure: a buffer passed twice, an input that is a view, one of another dtype
+    c = Tensor(rand(4, seed=5)).realize()
+    f = vmap(lambda x, y: (x * c + y).exp2() * 0.5)
+    def run(x, y, want):
+      with CountWalks() as count: out = f(x, y).realize()
+      np.testing.assert_allclose(out.numpy(), want, rtol=1e-5)
+      return count.n
+    xs = [rand(3, 4, seed=i) for i in range(6)]
+    for i in range(3): run(Tensor(xs[i]).realize(), Tensor(xs[i+1]).realize(), np.exp2(xs[i] * c.numpy() + xs[i+1]) * 0.5)
+    self.assertEqual(run(Tensor(xs[3]).realize(), Tensor(xs[4]).realize(), np.exp2(xs[3] * c.numpy() + xs[4]) * 0.5), 0)
+    same = Tensor(xs[5]).realize()
+    self.assertGreaterEqual(run(same, same, np.exp2(xs[5] * c.numpy() + xs[5]) * 0.5), 1)   # one buffer where there were two
+    self.assertGreaterEqual(run(Tensor(xs[0]).realize(), Tensor(xs[1]).realize().reshape(4, 3).T,
+                                np.exp2(xs[0] * c.numpy() + xs[1].reshape(4, 3).T) * 0.5), 1)   # a leaf that is a view
+    h = Tensor(xs[2].astype(np.float16)).realize()
+    self.assertGreaterEqual(run(Tensor(xs[0]).realize(), h, np.exp2(xs[0] * c.numpy() + xs[2].astype(np.float16)) * 0.5), 1)
+
+  def test_a_wrong_kept_realize_is_caught(self):
+    from dataclasses import replace as dc_replace
+    from tinygrad.helpers import Context
+    f = vmap(lambda x, y: (x * 1.75 - y).exp2())   # a constant no other test uses: a structure of its own
+    xs = [rand(3, 4, seed=i) for i in range(4)]
+    for i in range(3): f(Tensor(xs[i]).realize(), Tensor(xs[i+1]).realize()).realize()
+    key, fb = next((k, v) for k, v in callify_cache._from_batch.items() if v is not None and
+                   any(u.op is Ops.CONST and u.arg == 1.75 for b in v.batch for u in b.built[0].toposort()))
+    callify_cache._from_batch[key] = dc_replace(fb, inputs=fb.inputs[::-1])   # x and y swapped
+    try:
+      with Context(TEMPLATE_CHECK=1), self.assertRaises(AssertionError): f(Tensor(xs[0]).realize(), Tensor(xs[1]).realize()).realize()
+    finally: callify_cache._from_batch[key] = fb
+    out = f(Tensor(xs[0]).realize(), Tensor(xs[1]).realize()).realize()
+    np.testing.assert_allclose(out.numpy(), np.exp2(xs[0] * 1.75 - xs[1]), rtol=1e-5)
+
+  def test_outputs_of_two_calls_or_some_of_them_walk(self):
+    f = vmap(lambda x: ((x * 2).sum(), (x + 1).max()))
+    xs = [rand(3, 4, seed=i) for i in range(5)]
+    for i in range(3): Tensor.realize(*f(Tensor(xs[i]).realize()))
+    a, b = f(Tensor(xs[3]).realize()), f(Tensor(xs[4]).realize())
+    with CountWalks() as count: Tensor.realize(a[0], b[1])   # two scopes' leaves
+    self.assertGreaterEqual(count.n, 1)
+    np.testing.assert_allclose(a[0].numpy(), (xs[3] * 2).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(b[1].numpy(), (xs[4] + 1).max(1), rtol=1e-6)
+    for i in range(3):
+      s, m = f(Tensor(xs[i]).realize())
+      with CountWalks() as count: s.realize()   # one of the outputs: a structure of its own, walked by the first realize of it
+      np.testing.assert_allclose(s.numpy(), (xs[i] * 2).sum(1), rtol=1e-5)
+      np.testing.assert_allclose(m.numpy(), (xs[i] + 1).max(1), rtol=1e-6)
+    self.assertEqual(count.n, 0)
 
 class TestCallifyCacheLongWay(unittest.TestCase):
   def assert_long_way(self, fxn, want):

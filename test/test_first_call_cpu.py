@@ -144,6 +144,16 @@ class TestProgramCache(unittest.TestCase):
     self.assertEqual(self.run_kernel(PROGRAM_CACHE=None, PYTEST_CURRENT_TEST="test_x.py::test (call)")[0], 1)
     self.assertEqual(self.run_kernel(PYTEST_CURRENT_TEST="test_x.py::test (call)")[0], 0)
 
+  @skip_unless('first-build-tier')
+  def test_quick_first_build_kept(self):
+    # a kernel run once is built quick (first-build-tier: a transcendental's lanes left out) and kept under its own key: a second
+    # process that runs it once builds nothing; with TIERED=0 the full build's key misses, then hits
+    exp = ("(X - W).exp()", "np.exp(x - w)")
+    miss, hit = self.run_kernel(*exp), self.run_kernel(*exp)
+    self.assertEqual((miss[0], hit[0]), (1, 0))
+    self.assertEqual(miss[1], hit[1])
+    self.assertEqual([self.run_kernel(*exp, TIERED="0")[0] for _ in range(2)], [1, 0])
+
   def test_patched_renderer_attribute_misses(self):
     from tinygrad.codegen import program_cache as pc
     ast, ren = UOp.sink(UOp.const(1.0, dtypes.float)), Device["CPU"].renderer

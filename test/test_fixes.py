@@ -256,14 +256,14 @@ def failing(stage:str) -> contextlib.ExitStack:
   codegen), the default device's compiler (compile: compile_cached and what else it has) and its programs' call (run)"""
   def boom(*args, **kwargs): raise Forced(stage)
   dev = Device[Device.DEFAULT]
-  fxn = {"schedule": "complete_create_schedule_with_vars" if LINE_012 else "create_linear_with_vars",
-         "codegen": "get_program" if LINE_012 else "to_program"}
+  fxn = {"schedule": ("complete_create_schedule_with_vars",) if LINE_012 else ("create_linear_with_vars",),
+         "codegen": ("get_program",) if LINE_012 else ("to_program", "do_to_program")}   # 0.14's quick first build calls do_to_program
   if stage == "compile": targets = [(dev.compiler, n) for n in ("compile", "compile_cached", "compile_cached_many") if hasattr(dev.compiler, n)]
   elif stage == "run":
     rt = dev.runtime if LINE_012 else dev.runtime_t
     targets = [(rt.func if isinstance(rt, functools.partial) else rt, "__call__")]   # a runtime may be a partial of its class (0.12's CPU)
-  else: targets = [(m, fxn[stage]) for m in list(sys.modules.values()) if m.__name__.startswith("tinygrad.")
-                   and getattr(getattr(m, fxn[stage], None), "__module__", "").startswith("tinygrad.")]
+  else: targets = [(m, n) for m in list(sys.modules.values()) for n in fxn[stage] if m.__name__.startswith("tinygrad.")
+                   and getattr(getattr(m, n, None), "__module__", "").startswith("tinygrad.")]
   assert targets, stage
   stack = contextlib.ExitStack()
   # 0.14 lowers and compiles several kernels in a pool of processes, which these patches don't reach: here, in this one

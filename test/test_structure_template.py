@@ -81,6 +81,20 @@ class TestTemplate(unittest.TestCase):
     self.assertIsNone(got[2])
     self.assertIs(t.rebuild(dict(zip(t.placeholders, [c, d]))), f(c, d))
 
+  def test_built_nodes_keep_their_shapes(self):
+    # a build puts each new node's shape where UOp._shape keeps it, so no one computes it for the whole graph; the shapes are numpy's
+    a, b = buf(), buf()
+    t = st.make_template([f(a, b), ((a * 3).reshape((2, 2)) + b.reshape((2, 2)).sum(0)).permute((1, 0))], [a, b])
+    c, d = buf(), buf()
+    got = t.build(dict(zip(t.placeholders, [c, d])))
+    x, y = np.zeros(4), np.zeros(4)
+    want = [((x + y) * x).reshape(2, 2).sum(0).shape, ((x * 3).reshape(2, 2) + y.reshape(2, 2).sum(0)).transpose(1, 0).shape]
+    kept = "_RECURSIVE_PROPERTY__shape"
+    self.assertEqual([g.__dict__[kept] for g in got], want)
+    new = [u for g in got for u in g.toposort() if any(p in u.toposort() for p in (c, d)) and u not in (c, d)]
+    self.assertGreater(len(new), 5)
+    self.assertTrue(all(kept in u.__dict__ for u in new))
+
   def test_order_is_what_reads_a_placeholder_srcs_first(self):
     a, b = buf(), buf()
     t = st.make_template([f(a, b), (b + 1).exp2()], [a, b])

@@ -17,7 +17,7 @@ from tinygrad.uop.ops import UOp, PatternMatcher, UPat, sint, ssimplify, graph_r
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import DEBUG_RANGEIFY
 from tinygrad.transform_state import KEPT
-from tinygrad.structure_template import Structure, KeptTemplates, TEMPLATE_CHECK, check_hit, is_constant, make_template
+from tinygrad.structure_template import Structure, KeptTemplates, TEMPLATE_CHECK, BUILT_FROM, check_hit, is_constant, make_template
 
 def _size(r:UOp) -> sint: return ssimplify(r.src[0])
 
@@ -131,6 +131,7 @@ def batch_scope(y:UOp, varg:tuple[UOp, ...]) -> UOp:
     outs.rebuilt.update(zip(t.placeholders, outs.leaves))
     ret = t.rebuild(outs.rebuilt)
     if TEMPLATE_CHECK: check_hit([ret], [_batched(y, varg, {})], "a vmap scope's batch")
+    ret.__dict__[BUILT_FROM] = (t, outs.leaves)   # all the scope's leaves once its outputs are batched: the list grows with them
   else:
     ret = _batched(y, varg, outs.done)
     if key not in _templates: _templates.keep(key, make_template([ret], outs.leaves))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from tinygrad.uop import Ops, GroupOp
 from tinygrad.uop.ops import UOp, ParamArg
 from tinygrad.helpers import getenv
+from tinygrad.transform_state import first_device
 from tinygrad.structure_template import Structure, Template, KeptTemplates, TEMPLATE_CHECK, anonymous, check_hit, make_template
 
 # the ops a kept graph may hold besides its leaves, a buffer or a RANGE, which the key names by their place in the walk, not their number
@@ -55,4 +56,8 @@ def kept_gradient(root:UOp, root_grad:UOp, targets:set[UOp]) -> KeptGradient:
   return ret
 
 def _rebuild(t:Template, leaves:list[UOp], targets:list[UOp]) -> dict[UOp, UOp]:
-  return {tg:g for tg,g in zip(targets, t.build(dict(zip(t.placeholders, leaves)))) if g is not None}
+  # each gradient's device found down to its first node that has one: Tensor.gradient wraps each in a Tensor, which asks it, and the
+  # recursive property would compute it for every node the build made
+  grads = {tg:g for tg,g in zip(targets, t.build(dict(zip(t.placeholders, leaves)))) if g is not None}
+  for g in grads.values(): first_device(g)
+  return grads

@@ -15,6 +15,9 @@ from tinygrad.helpers import ContextVar
 
 # on a hit, build the long way's result too and raise where the template's isn't the very same UOps (every hit of the suites was run so)
 TEMPLATE_CHECK = ContextVar("TEMPLATE_CHECK", 0)
+# where a UOp a vmap scope's template built keeps (that template, the scope's leaves): a realize of it needs no walk of its graph
+# (engine/callify_cache.py, realize_from_batch)
+BUILT_FROM = "_built_from"
 
 @dataclass
 class Structure:
@@ -55,6 +58,8 @@ def anonymous(u:UOp) -> tuple:
   """a BUFFER or RANGE leaf without its identity (a buffer's slot, a RANGE's id): what a key holds of it"""
   return (u.op, u.dtype, u.arg[1:] if u.op is Ops.RANGE else replace(u.arg, slot=0), u.tag)
 
+_SHAPE_KEPT = UOp.__dict__["_shape"].nm   # where recursive_property keeps a node's shape
+
 def is_constant(u:UOp) -> bool: return u.op is Ops.CONST or (u.op is Ops.STACK and all(s.op is Ops.CONST for s in u.src))
 
 # placeholder ids and slots: far from any RANGE's id (transforms' are negative) or buffer's slot (from_buffer's are negative)
@@ -80,17 +85,17 @@ class Template:
   placeholders: tuple[UOp, ...]   # per leaf, in the walk's order
   order: tuple[UOp, ...]          # the nodes of built that read a placeholder, srcs first: what a hit builds anew
   metadata: tuple[tuple, ...]|None = None   # per node of order, what all_metadata held for the long way's node (gradients' backward ops)
+  shapes: tuple = ()              # per node of order, its shape where it is concrete (keys hold their leaves' shapes), else None
 
   def build(self, memo:dict[UOp, UOp]) -> list[UOp|None]:
-    """built on the leaves memo maps the placeholders to (memo may hold the nodes a scope's outputs built before)"""
-    if self.metadata is None:
-      for u in self.order:
-        if u not in memo: memo[u] = UOp(u.op, u.dtype, tuple([memo.get(s, s) for s in u.src]), u.arg, u.tag)
-    else:
-      for u,md in zip(self.order, self.metadata):
-        if u in memo: continue
-        memo[u] = new = UOp(u.op, u.dtype, tuple([memo.get(s, s) for s in u.src]), u.arg, u.tag)
-        if md and new not in all_metadata: all_metadata[new] = md
+    """built on the leaves memo maps the placeholders to (memo may hold the nodes a scope's outputs built before). Each new node keeps
+    its shape: the Tensor front end asks it of an output, which would compute it for every node (a toposort a graph)"""
+    n = len(self.order)
+    for u,md,sh in zip(self.order, self.metadata or (None,)*n, self.shapes if len(self.shapes) == n else (None,)*n):
+      if u in memo: continue
+      memo[u] = new = UOp(u.op, u.dtype, tuple([memo.get(s, s) for s in u.src]), u.arg, u.tag)
+      if sh is not None and (d:=new.__dict__).get(_SHAPE_KEPT, d) is d: d[_SHAPE_KEPT] = sh
+      if md and new not in all_metadata: all_metadata[new] = md
     return [None if b is None else memo.get(b, b) for b in self.built]
   def rebuild(self, memo:dict[UOp, UOp]) -> UOp:
     """the build of a template of one result (a vmap scope's output)"""
@@ -110,9 +115,10 @@ def make_template(built:Sequence[UOp|None], leaves:Sequence[UOp], metadata:bool=
   for x in sink.toposort():
     if x not in reads and any(s in reads for s in x.src): reads.add(x); order.append(x)
   if len(roots) != 1 and order and order[-1] is sink: order.pop()   # the SINK that joins several roots is no part of what was built
-  if not metadata: return Template(out, placeholders, tuple(order))
+  shapes = tuple(sh if (sh:=x._shape) is None or all(isinstance(d, int) for d in sh) else None for x in order)
+  if not metadata: return Template(out, placeholders, tuple(order), shapes=shapes)
   by_template = {v:k for k,v in memo.items()}
-  return Template(out, placeholders, tuple(order), tuple(all_metadata.get(by_template.get(x, x), ()) for x in order))
+  return Template(out, placeholders, tuple(order), tuple(all_metadata.get(by_template.get(x, x), ()) for x in order), shapes)
 
 class KeptTemplates(dict):
   """templates by structure key (None: a structure whose result isn't kept), the oldest dropped past `size`: a structure per Python

@@ -51,6 +51,25 @@ class TransformState:
 
 TRANSFORMS = TransformState()
 
+# the ops whose UOp.device isn't their first src's with a device (0.14's UOp.device)
+_OWN_DEVICE = {Ops.PARAM, Ops.STAGE, Ops.AFTER, Ops.MSELECT, Ops.MSTACK, Ops.BUFFER, Ops.COPY, Ops.ALLREDUCE} if not LINE_012 else set()
+_DEVICE_KEPT = UOp.__dict__["device"].nm if not LINE_012 else ""
+def first_device(u:UOp) -> str|tuple[str, ...]|None:
+  """u.device on 0.14 (a node's is its first src's that has one), found depth first down to the first such node, not for every node of
+  the graph as the recursive property keeps it (a batch an eager call built anew: 0.06 ms of bench W6's call). Kept as u's: realize asks it
+  of u again (UOp.is_virtual)"""
+  if (ret:=u.__dict__.get(_DEVICE_KEPT, u)) is not u: return ret
+  stack, seen, ret = [u], set(), None
+  while stack:
+    x = stack.pop()
+    if (d:=x.__dict__.get(_DEVICE_KEPT, x)) is not x or x.op in _OWN_DEVICE:
+      if (ret:=x.device if d is x else d) is not None: break
+    elif x not in seen:
+      seen.add(x)
+      stack.extend(reversed(x.src))
+  u.__dict__[_DEVICE_KEPT] = ret
+  return ret
+
 def on_device(t, device:str|tuple[str, ...], axis:int|None=None):
   """t as a transform hands it to its caller. On 0.14 a Tensor made of constants alone has no device (CONSTs have none) and realizes on
   the CPU (Tensor._buffer), which a GPU machine may not compile for: a constant output (a number fn returned, a zero tangent, a
@@ -58,7 +77,7 @@ def on_device(t, device:str|tuple[str, ...], axis:int|None=None):
   devices it is sharded on its batch `axis` (None: replicated), also on 0.12, whose constants are on the default device. Anything else,
   and anything inside another transform (whose kernels the constant is part of), is returned as it is"""
   if type(t).__name__ != "Tensor" or TRANSFORMS.vmap_scopes or TRANSFORMS.tracers: return t
-  if t.uop.device is None:
+  if (t.uop.device if LINE_012 else first_device(t.uop)) is None:
     if isinstance(device, tuple) and axis is not None: return type(t)(t.uop.clone(device=device[0])).shard(device, axis % t.ndim)
     return type(t)(t.uop.clone(device=device))
   # 0.12: a constant is on the default device, a batch sharded over several devices puts it on them

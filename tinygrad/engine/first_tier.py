@@ -5,7 +5,8 @@ and in full the next time it is lowered: its second run, or a TinyJit capture or
 always get full builds. A cold first call on 0.14 is Python codegen (full_rewrite_to_sink ~80%), which those opts multiply (bench W4's
 8 lanes of sin). The reduction order is the full build's: QUICK_OPTS leaves out elementwise upcasts and the tile's M and N, never a
 reduce's unroll. Rounding can differ where a transcendental is vector math in one build and scalar in the other (clang fuses
-multiply-adds differently). Tested in test/test_first_call_cpu.py."""
+multiply-adds differently). A quick build is kept in the program cache too, under
+its own key. Tested in test/test_first_call_cpu.py."""
 from __future__ import annotations
 from tinygrad.helpers import BEAM, Context, ContextVar, diskcache_get, getenv
 from tinygrad.uop.ops import Ops, UOp
@@ -30,8 +31,9 @@ def first_build(ast:UOp, ren:Renderer, quick:bool) -> tuple[UOp, bool]:
   build of the kernel, asked first, so a warm process never builds quick"""
   if not quick or not tiering(ast, ren): return to_program(ast, ren), False
   if program_cache.enabled() and (prg:=diskcache_get(program_cache.TABLE, program_cache.program_key(ast, ren))) is not None: return prg, False
-  # not in the program cache: its key is the full build's
-  with Context(QUICK_OPTS=1): return codegen.do_to_program(ast, ren), True   # looked up here: a test's mock of it sees it
+  # no full build kept: the quick one, itself kept under its own key (QUICK_OPTS is in it), so a process that runs a kernel once builds
+  # it once across processes. do_to_program looked up at the call: a test's mock of it sees it
+  with Context(QUICK_OPTS=1): return program_cache.cached_to_program(ast, ren, lambda a, r: codegen.do_to_program(a, r)), True
 
 def add_quick(key:tuple, prg:UOp, ast:UOp) -> None:
   quick_programs[key], quick_asts[prg] = prg, ast
