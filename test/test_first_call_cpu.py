@@ -429,3 +429,98 @@ class TestQuickPasses(unittest.TestCase):
 
 if __name__ == "__main__":
   unittest.main()
+
+@skip_unless('clang-together')
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU device's clang")
+class TestClangTogether(unittest.TestCase):
+  """codegen/compile_together.py: a schedule's kernels compiled by one clang (cc1, an input file each), each object byte for byte the one
+  ClangCompiler.compile gives the kernel alone; with CCACHE's disk cache, the program cache, the quick tier; CLANG_TOGETHER=0 is off"""
+  def build(self, f, *args_np, **ctx) -> tuple[list[int], list[UOp]]:
+    """f's kernels built in this process: the sizes of compile_many's batches and the PROGRAMs, its result checked against numpy"""
+    import tinygrad.codegen as cg
+    from tinygrad.codegen import compile_together as ct
+    batches, progs, orig, orig_many = [], [], cg.do_to_program, ct.compile_many
+    def record(ast, ren):
+      progs.append(ret:=orig(ast, ren))
+      return ret
+    def many(args, srcs):
+      batches.append(len(srcs))
+      return orig_many(args, srcs)
+    # CCACHE's disk cache off (an earlier test's kernels of the same source would be in it)
+    with unittest.mock.patch.object(cg, "do_to_program", record), unittest.mock.patch.object(ct, "compile_many", many), \
+         unittest.mock.patch.object(Device["CPU"].renderer.compiler, "cachekey", None), Context(**{"PARALLEL": 0, "TIERED": 0, **ctx}):
+      cg.to_program_cache.clear()
+      out, want = f(*[Tensor(a) for a in args_np]), f(*args_np)
+      np.testing.assert_allclose(out.numpy(), want, rtol=2e-5, atol=2e-5)
+    return batches, progs
+
+  def gradient(self, seed):   # W6-like: an MLP's loss and its gradient, five kernels
+    rng = np.random.default_rng(seed)
+    x, w1, w2 = rng.standard_normal((16, 8)).astype(np.float32), rng.standard_normal((8, 12)).astype(np.float32), \
+      rng.standard_normal((12, 1)).astype(np.float32)
+    def f(X, W1, W2):
+      if isinstance(X, Tensor):
+        g1, g2 = ((X @ W1).relu() @ W2).square().sum().gradient(W1, W2)
+        return g1.cat(g2.reshape(1, 12).expand(8, 12))
+      h = X @ W1
+      d = 2 * (np.maximum(h, 0) @ W2)
+      g2 = np.maximum(h, 0).T @ d
+      g1 = X.T @ ((d @ W2.T) * (h > 0))
+      return np.concatenate([g1, np.broadcast_to(g2.reshape(1, 12), (8, 12))])
+    return f, x, w1, w2
+
+  def test_one_clang_same_objects(self):
+    from tinygrad.uop.ops import Ops
+    batches, progs = self.build(*self.gradient(1))
+    self.assertEqual(len(batches), 1)
+    self.assertGreaterEqual(batches[0], 3)
+    comp = Device["CPU"].renderer.compiler
+    for p in progs:   # each kernel's object: what clang gives its source alone
+      src, lib = [u for u in p.src if u.op is Ops.SOURCE][0].arg, p.src[-1].arg
+      self.assertEqual(lib, comp.compile(src))
+
+  def test_off(self):
+    batches, _ = self.build(*self.gradient(2), CLANG_TOGETHER=0)
+    self.assertEqual(batches, [])
+
+  def test_quick_tier(self):   # quick first builds (QUICK_OPTS) of transcendentals, one clang
+    from tinygrad.vmap import vmap
+    x = np.random.default_rng(3).uniform(-5, 5, (64, 6)).astype(np.float32)
+    def f(X):
+      if isinstance(X, Tensor): return vmap(lambda r: r.sin().contiguous().sum() + r.cos().exp().max())(X)
+      return np.sin(X.astype(np.float64)).sum(1) + np.exp(np.cos(X.astype(np.float64))).max(1)
+    batches, _ = self.build(f, x, TIERED=1)
+    self.assertEqual(batches, [2])
+
+  def test_failed_clang_builds_alone(self):
+    # cc1 fails (a source it can't compile): each kernel is compiled alone, so an error would be its own
+    from tinygrad.codegen import compile_together as ct
+    with unittest.mock.patch.object(ct, "compile_many", side_effect=subprocess.CalledProcessError(1, "clang")) as many, \
+         unittest.mock.patch.object(Device["CPU"].renderer.compiler, "cachekey", None):
+      f, *args = self.gradient(4)
+      import tinygrad.codegen as cg
+      with Context(PARALLEL=0, TIERED=0):
+        cg.to_program_cache.clear()
+        np.testing.assert_allclose(f(*[Tensor(a) for a in args]).numpy(), f(*args), rtol=2e-5, atol=2e-5)
+    many.assert_called_once()
+
+  def test_with_ccache_and_program_cache(self):
+    # two fresh processes on one disk cache: the first compiles its kernels in one clang and keeps them, the second builds none
+    code = AGAINST_NUMPY + """
+import tinygrad.codegen as cg
+from tinygrad.codegen import compile_together as ct
+built, batches, orig, orig_many = set(), [], cg.do_to_program, ct.compile_many
+def counting(ast, ren):   # (a kernel that waits for the one clang is in do_to_program twice: its codegen, then its object)
+  built.add(ast.key)
+  return orig(ast, ren)
+cg.do_to_program, ct.compile_many = counting, lambda a, s: (batches.append(len(s)), orig_many(a, s))[1]
+X, W = Tensor(x), Tensor(w)
+np.testing.assert_allclose(((X * W).contiguous().sum() + (X - W).exp().max()).numpy(), (x * w).sum() + np.exp(x - w).max(), rtol=1e-5)
+print(len(built), sum(batches), ",".join(sorted(p.key.hex() for p in cg.to_program_cache.values())))"""
+    with tempfile.TemporaryDirectory() as tmp:
+      env = {"CACHEDB": os.path.join(tmp, "cache.db"), "CCACHE": "1", "PROGRAM_CACHE": "1", "DEBUG": "0", "PARALLEL": "0", "TIERED": "0"}
+      miss, hit = run_fresh(code, last=3, env=env).split(), run_fresh(code, last=3, env=env).split()
+    self.assertGreaterEqual(int(miss[0]), 2)
+    self.assertEqual(miss[1], miss[0])   # every kernel built went to the one clang
+    self.assertEqual(hit[:2], ["0", "0"])
+    self.assertEqual(miss[2], hit[2])    # the same PROGRAMs, binaries included
