@@ -62,20 +62,23 @@ def _cc1_key(compiler) -> str:
   from tinygrad.codegen.program_cache import machine
   return repr((machine(), os.getcwd(), _driver_argv(compiler)))
 
+known_cc1: dict[str, list[str]|None] = {}   # this process's answers (without the disk cache too, CACHELEVEL=0)
+
 class Cc1:
-  """cc1's arguments for this compiler: from the disk cache, or a `clang -###` started now, read when needed"""
+  """cc1's arguments for this compiler: known, from the disk cache, or from a `clang -###` started now and read when needed"""
   def __init__(self, compiler):
     self.key, self.proc = _cc1_key(compiler), None
-    self.args: list[str]|None = diskcache_get("clang_cc1_args", self.key)
-    if self.args is None:
+    if self.key not in known_cc1 and (args:=diskcache_get("clang_cc1_args", self.key)) is not None: known_cc1[self.key] = args
+    if self.key not in known_cc1:
       self.proc = subprocess.Popen([compiler.cc, "-###", *_driver_argv(compiler)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True)
   def get(self) -> list[str]|None:
     if self.proc is not None:
       _, err = self.proc.communicate()
-      self.proc, self.args = None, _cc1_args(err) if self.proc.returncode == 0 else None
-      if self.args is not None: diskcache_put("clang_cc1_args", self.key, self.args)
-    return self.args
+      known_cc1[self.key] = args = _cc1_args(err) if self.proc.returncode == 0 else None
+      if args is not None: diskcache_put("clang_cc1_args", self.key, args)
+      self.proc = None
+    return known_cc1.get(self.key)
 
 def compile_many(cc1:list[str], srcs:list[str]) -> list[bytes]:
   """the objects of the sources from one cc1: each source its own file `-`, so each object is the one `clang -` writes for it alone"""
@@ -104,7 +107,7 @@ def compile_map(fn:Callable, tasks:Iterable) -> Iterator:
     yield from map(fn, tasks)
     return
   comps = {id(t[1][1].compiler): t[1][1].compiler for t in tasks}
-  cc1 = {cid: Cc1(c) for cid, c in comps.items()}
+  cc1: dict[int, Cc1] = {}   # started at a compiler's first kernel to compile, beside the codegen of the others
   deferred: list[tuple] = []   # (task, its source)
   try:
     collecting = True
@@ -112,13 +115,14 @@ def compile_map(fn:Callable, tasks:Iterable) -> Iterator:
       try: ret = fn(t)
       except Deferred as d:
         deferred.append((t, d.prg.src[-1].arg))
+        if (cid:=id(t[1][1].compiler)) not in cc1: cc1[cid] = Cc1(comps[cid])
         continue
       finally: current = None
       yield ret
     collecting = False
     for cid, comp in comps.items():
       srcs = list(dict.fromkeys(s for t, s in deferred if id(t[1][1].compiler) == cid))
-      if len(srcs) < 2 or (args:=cc1[cid].get()) is None: continue
+      if len(srcs) < 2 or cid not in cc1 or (args:=cc1[cid].get()) is None: continue
       # a source that fails is compiled alone by its kernel's second build: the error is that kernel's own
       try: libs = compile_many(args, srcs)
       except (subprocess.CalledProcessError, OSError): continue
