@@ -427,9 +427,6 @@ class TestQuickPasses(unittest.TestCase):
       return np.sqrt((d * d).sum(-1)) + np.where(A[:, None, :] > B[None], A[:, None, :], 1 / (1 + B[None] * B[None])).sum(-1)
     self.check_same(f, a, b)
 
-if __name__ == "__main__":
-  unittest.main()
-
 @skip_unless('clang-together')
 @unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU device's clang")
 class TestClangTogether(unittest.TestCase):
@@ -524,3 +521,29 @@ print(len(built), sum(batches), ",".join(sorted(p.key.hex() for p in cg.to_progr
     self.assertEqual(miss[1], miss[0])   # every kernel built went to the one clang
     self.assertEqual(hit[:2], ["0", "0"])
     self.assertEqual(miss[2], hit[2])    # the same PROGRAMs, binaries included
+
+@skip_unless('devec-elements')
+class TestDevecElements(TestQuickPasses):
+  """codegen/devec_elements.py: devectorize2 takes a lane of a vector source from the STACK under its movement ops, without an INDEX
+  for the rewrite to move there; the sink, so the rendered source, is the one with every INDEX made (DEVEC_ELEMENTS=0), for
+  TestQuickPasses' kernels (W1..W6-like, a matmul, transcendentals, pads, full and quick builds) and a matmul tile"""
+  def check_same(self, f, *args_np):
+    from tinygrad.codegen import devec_elements as de
+    lanes, orig = [0], de.lane
+    def counting(x, ii):
+      lanes[0] += (ret:=orig(x, ii)) is not None
+      return ret
+    for ast in self.kernels(f, *args_np):
+      for quick in (False, True):
+        with Context(DEVEC_ELEMENTS=0): full_sink, full_src, _ = self.render(ast, quick)
+        with Context(DEVEC_ELEMENTS=1), unittest.mock.patch.object(de, "lane", counting): sink, src, _ = self.render(ast, quick)
+        self.assertIs(sink, full_sink)
+        self.assertEqual(src, full_src)
+    self.assertGreater(lanes[0], 0, "no lane was taken without its INDEX")
+
+  def test_matmul(self):   # a plain matmul: the CPU heuristic's register tile, its lanes RESHAPEs and EXPANDs of STACKs
+    a, b = self.rng.standard_normal((48, 40)).astype(np.float32), self.rng.standard_normal((40, 36)).astype(np.float32)
+    self.check_same(lambda A, B: A @ B, a, b)
+
+if __name__ == "__main__":
+  unittest.main()
