@@ -476,9 +476,12 @@ class TestClangTogether(unittest.TestCase):
       src, lib = [u for u in p.src if u.op is Ops.SOURCE][0].arg, p.src[-1].arg
       self.assertEqual(lib, comp.compile(src))
 
-  def test_off(self):
-    batches, _ = self.build(*self.gradient(2), CLANG_TOGETHER=0)
-    self.assertEqual(batches, [])
+  def test_off_same_programs(self):
+    # CLANG_TOGETHER=0 compiles each kernel alone: the same PROGRAMs (linearized UOps, source, binary) as the kernels built together
+    off, progs_off = self.build(*self.gradient(2), CLANG_TOGETHER=0)
+    on, progs_on = self.build(*self.gradient(2))
+    self.assertEqual((off, len(on)), ([], 1))
+    self.assertEqual(sorted(p.key for p in progs_off), sorted(p.key for p in progs_on))
 
   def test_quick_tier(self):   # quick first builds (QUICK_OPTS) of transcendentals, one clang
     from tinygrad.vmap import vmap
