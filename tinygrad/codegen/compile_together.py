@@ -53,7 +53,8 @@ def _cc1_args(out:str) -> list[str]|None:
   lines = [l for l in out.splitlines() if '"-cc1"' in l]
   if len(lines) != 1: return None
   args = shlex.split(lines[0])
-  if "-o" not in args or args[-1] != "-": return None
+  # one job that writes the object itself (no separate assembler), reading stdin
+  if "-emit-obj" not in args or "-o" not in args or args[-1] != "-": return None
   i = args.index("-o")
   return args[:i] + args[i+2:-1]
 
