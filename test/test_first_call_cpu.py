@@ -103,8 +103,9 @@ class TestProgramCache(unittest.TestCase):
     self.db = os.path.join(self.tmp.name, "cache.db")
   def tearDown(self): self.tmp.cleanup()
 
-  def run_kernel(self, expr="(X * W).relu() + 1", expr_np="np.maximum(x * w, 0) + 1", **env) -> tuple[int, str]:
-    code = BUILD.replace("EXPR_NP", expr_np).replace("EXPR", expr)
+  def run_kernel(self, expr="(X * W).relu() + 1", expr_np="np.maximum(x * w, 0) + 1", realizes=1, **env) -> tuple[int, str]:
+    code = BUILD.replace("np.testing", "for _ in range(REALIZES - 1): (EXPR).realize()\nnp.testing").replace("REALIZES", str(realizes))
+    code = code.replace("EXPR_NP", expr_np).replace("EXPR", expr)
     built, keys = run_fresh(code, last=2, env={"CACHEDB": self.db, "CCACHE": "1", "PROGRAM_CACHE": "1", "DEBUG": "0", **env}).split()
     return int(built), keys
 
@@ -153,6 +154,14 @@ class TestProgramCache(unittest.TestCase):
     self.assertEqual((miss[0], hit[0]), (1, 0))
     self.assertEqual(miss[1], hit[1])
     self.assertEqual([self.run_kernel(*exp, TIERED="0")[0] for _ in range(2)], [1, 0])
+
+  def test_full_build_kept_first_call(self):
+    # a process that realized the kernel twice (quick, then in full) kept its full build: a later process's first realize runs that
+    # PROGRAM (first_tier asks the cache for it before building quick), with its key and device, and builds nothing
+    exp = ("(X - W).exp()", "np.exp(x - w)")
+    miss, hit = self.run_kernel(*exp, realizes=2), self.run_kernel(*exp)
+    self.assertEqual((miss[0], hit[0]), (2, 0))
+    self.assertEqual(miss[1], hit[1])
 
   def test_patched_renderer_attribute_misses(self):
     from tinygrad.codegen import program_cache as pc

@@ -76,6 +76,10 @@ def restore(prg:UOp, props:dict) -> UOp:
   for nm, v in props.items(): prg.__dict__.setdefault(nm, v)   # (a PROGRAM this process holds already has them)
   return prg
 
+def lookup(ast, renderer) -> UOp|None:
+  """the PROGRAM an earlier process built from this key, its key and device restored, or None"""
+  return restore(*hit) if enabled() and (hit:=diskcache_get(TABLE, program_key(ast, renderer))) is not None else None
+
 def cached_to_program(ast, renderer, build:Callable):
   """build(ast, renderer), or the PROGRAM an earlier process built from the same key"""
   if not enabled(): return build(ast, renderer)
