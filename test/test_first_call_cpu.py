@@ -269,6 +269,71 @@ class TestUPatCompileAfter(unittest.TestCase):
     first, late = (run_fresh(code, last=2, env={**env, "UPAT_COMPILE_AFTER": n}).split() for n in ("0", "1000000"))
     self.assertEqual(first, late)
 
+# a process that realizes EXPR of x, w and prints how many functions it scheduled (get_kernel_graph's calls) and every LINEAR the
+# in-process schedule cache holds, by its key (each kernel's AST and their order)
+SCHEDULE = AGAINST_NUMPY + """
+import tinygrad.schedule as S
+built, orig = [0], S.get_kernel_graph
+def counting(f):
+  built[0] += 1
+  return orig(f)
+S.get_kernel_graph = counting
+X, W = Tensor(x), Tensor(w)
+np.testing.assert_allclose((EXPR).numpy(), EXPR_NP, rtol=1e-6)
+print(built[0], ",".join(sorted(l.key.hex() for l in S.schedule_cache.values())))"""
+
+@skip_unless('kept-schedule')
+class TestKeptSchedule(unittest.TestCase):
+  """the schedule kept across processes (schedule/kept_schedule.py): a hit is the LINEAR a miss builds; a change of the graph, an
+  environment variable or a Context misses; SCHEDULE_KEEP=0 and CCACHE=0 schedule every graph; a graph with a BUFFER is never kept"""
+  def setUp(self):
+    self.tmp = tempfile.TemporaryDirectory()
+    self.env = {"CACHEDB": os.path.join(self.tmp.name, "cache.db"), "CCACHE": "1", "PROGRAM_CACHE": "1", "DEBUG": "0"}
+  def tearDown(self): self.tmp.cleanup()
+
+  def run_graph(self, expr="(X * W).relu().sum() + 1", expr_np="np.maximum(x * w, 0).sum() + 1", code=SCHEDULE, **env) -> tuple[int, str]:
+    built, keys = run_fresh(code.replace("EXPR_NP", expr_np).replace("EXPR", expr), last=2, env={**self.env, **env}).split()
+    return int(built), keys
+
+  def test_hit_is_the_miss_linear(self):
+    miss, hit = self.run_graph(), self.run_graph()
+    self.assertGreater(miss[0], 0)
+    self.assertEqual(hit, (0, miss[1]))   # scheduled nothing, and holds the same LINEARs
+
+  def test_changed_graph_misses(self):
+    self.run_graph()
+    self.assertGreater(self.run_graph("(X * W).relu().sum() + 2", "np.maximum(x * w, 0).sum() + 2")[0], 0)
+    self.assertGreater(self.run_graph("(X - W).relu().sum() + 1", "np.maximum(x - w, 0).sum() + 1")[0], 0)
+
+  def test_changed_env_and_context_miss(self):
+    miss = self.run_graph()
+    self.assertGreater(self.run_graph(ALIGNED="0")[0], 0)   # any variable tinygrad reads by name
+    self.assertEqual(self.run_graph(ALIGNED="0")[0], 0)
+    code = SCHEDULE.replace("np.testing", "with Context(SPLIT_REDUCEOP=0): np.testing")
+    self.assertGreater(self.run_graph(code=code)[0], 0)
+    self.assertEqual(self.run_graph(code=code)[0], 0)
+    self.assertEqual(self.run_graph(), (0, miss[1]))
+
+  def test_off(self):
+    self.run_graph()
+    self.assertGreater(self.run_graph(SCHEDULE_KEEP="0")[0], 0)
+    self.assertGreater(self.run_graph(CCACHE="0")[0], 0)
+    self.assertGreater(self.run_graph(PROGRAM_CACHE="0")[0], 0)
+    self.assertEqual(self.run_graph()[0], 0)
+
+  def test_buffer_never_kept(self):
+    from tinygrad.schedule import kept_schedule as ks
+    pure = UOp(Ops.LINEAR, src=(UOp.sink(UOp.const(1.0, dtypes.float)),))
+    buf = UOp.new_buffer("CPU", 4, dtypes.float)
+    with Context(PROGRAM_CACHE=1), unittest.mock.patch.object(ks, "diskcache_get", return_value=None), \
+         unittest.mock.patch.object(ks, "diskcache_put") as put:
+      self.assertIs(ks.kept_linear(UOp.sink(UOp.const(1.0, dtypes.float)), lambda f: pure), pure)
+      self.assertEqual(put.call_count, 1)
+      # a BUFFER in the LINEAR or in the function: its slot is this process's own
+      ks.kept_linear(UOp.sink(UOp.const(2.0, dtypes.float)), lambda f: UOp(Ops.LINEAR, src=(buf.sink(),)))
+      ks.kept_linear(buf.sink(), lambda f: pure)
+      self.assertEqual(put.call_count, 1)
+
 @skip_unless('first-build-tier')
 @unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU heuristics' quick builds")
 class TestFirstBuildTier(unittest.TestCase):

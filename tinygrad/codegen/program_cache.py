@@ -56,13 +56,18 @@ def _process_key() -> tuple:
 def program_key(ast, renderer) -> str:
   """everything to_program's output depends on: the kernel AST (its key, as to_program's own cache in a process), the renderer, every
   ContextVar's value now (Context included), every environment variable tinygrad reads by name, the sources and the machine"""
-  srcs, mach, names = _process_key()
-  ctxvars = tuple((k, repr(ContextVar._cache[k].value)) for k in names)
-  env = tuple((n, os.environ.get(n)) for n in env_names(srcs))
   # the renderer's plain settings too (a patch.object of its has_local or supports_float4 changes the program)
   ren = (type(renderer).__module__, type(renderer).__qualname__, repr(renderer.target),
          sorted((k, v) for k, v in vars(renderer).items() if isinstance(v, (bool, int, float, str, type(None)))))
-  return hashlib.sha256(repr((ast.key, ren, ctxvars, env, srcs, mach)).encode()).hexdigest()
+  return hashlib.sha256(repr((ast.key, ren, context_key())).encode()).hexdigest()
+
+def context_key() -> str:
+  """the key's part besides the kernel and the renderer (the kept schedule's too: schedule/kept_schedule.py): every ContextVar's value
+  now, every environment variable tinygrad reads by name, the sources and the machine"""
+  srcs, mach, names = _process_key()
+  ctxvars = tuple((k, repr(ContextVar._cache[k].value)) for k in names)
+  env = tuple((n, os.environ.get(n)) for n in env_names(srcs))
+  return hashlib.sha256(repr((ctxvars, env, srcs, mach)).encode()).hexdigest()
 
 def enabled() -> bool:   # DEBUG>=3 and VIZ show the codegen
   on = PROGRAM_CACHE.value > 0 or (PROGRAM_CACHE.value < 0 and "PYTEST_CURRENT_TEST" not in os.environ)
