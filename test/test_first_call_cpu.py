@@ -270,9 +270,14 @@ class TestUPatCompileAfter(unittest.TestCase):
     self.assertEqual(first, late)
 
 # a process that realizes EXPR of x, w and prints how many functions it scheduled (get_kernel_graph's calls) and every LINEAR the
-# in-process schedule cache holds, by its key (each kernel's AST and their order)
+# in-process schedule cache holds, by its key (each kernel's AST, their order, their buffers), each intermediate BUFFER's slot (this
+# process's own number) as its place in the LINEAR
 SCHEDULE = AGAINST_NUMPY + """
 import tinygrad.schedule as S
+from dataclasses import replace
+from tinygrad.uop.ops import Ops
+def norm(l):
+  return l.substitute({b: b.replace(arg=replace(b.arg, slot=10**9+i)) for i, b in enumerate(u for u in l.toposort() if u.op is Ops.BUFFER)})
 built, orig = [0], S.get_kernel_graph
 def counting(f):
   built[0] += 1
@@ -280,7 +285,7 @@ def counting(f):
 S.get_kernel_graph = counting
 X, W = Tensor(x), Tensor(w)
 np.testing.assert_allclose((EXPR).numpy(), EXPR_NP, rtol=1e-6)
-print(built[0], ",".join(sorted(l.key.hex() for l in S.schedule_cache.values())))"""
+print(built[0], ",".join(sorted(norm(l).key.hex() for l in S.schedule_cache.values())))"""
 
 @skip_unless('kept-schedule')
 class TestKeptSchedule(unittest.TestCase):
@@ -299,6 +304,15 @@ class TestKeptSchedule(unittest.TestCase):
     miss, hit = self.run_graph(), self.run_graph()
     self.assertGreater(miss[0], 0)
     self.assertEqual(hit, (0, miss[1]))   # scheduled nothing, and holds the same LINEARs
+
+  def test_intermediate_buffers_hit(self):
+    # two kernels and the buffer between them (made by the schedule): a hit gives it a new slot of its own process, the same LINEAR
+    exp = ("X.softmax() * W", "np.exp(x - x.max()) / np.exp(x - x.max()).sum() * w")
+    miss, hit = self.run_graph(*exp), self.run_graph(*exp)
+    self.assertGreater(miss[0], 0)
+    self.assertEqual(hit, (0, miss[1]))
+    code = SCHEDULE.replace("print(built[0]", "print(len([u for l in S.schedule_cache.values() for u in l.toposort() if u.op is Ops.BUFFER]), built[0]")
+    self.assertGreater(int(run_fresh(code.replace("EXPR_NP", exp[1]).replace("EXPR", exp[0]), last=3, env=self.env).split()[0]), 0)
 
   def test_changed_graph_misses(self):
     self.run_graph()
@@ -324,15 +338,24 @@ class TestKeptSchedule(unittest.TestCase):
   def test_buffer_never_kept(self):
     from tinygrad.schedule import kept_schedule as ks
     pure = UOp(Ops.LINEAR, src=(UOp.sink(UOp.const(1.0, dtypes.float)),))
-    buf = UOp.new_buffer("CPU", 4, dtypes.float)
+    buf = Tensor([1.0, 2.0]).realize().uop.base   # a BUFFER with a Buffer of this process
     with Context(PROGRAM_CACHE=1), unittest.mock.patch.object(ks, "diskcache_get", return_value=None), \
          unittest.mock.patch.object(ks, "diskcache_put") as put:
       self.assertIs(ks.kept_linear(UOp.sink(UOp.const(1.0, dtypes.float)), lambda f: pure), pure)
       self.assertEqual(put.call_count, 1)
-      # a BUFFER in the LINEAR or in the function: its slot is this process's own
+      # a BUFFER in the function (its slot is this process's own), or one in the LINEAR that holds this process's data
+      self.assertEqual(buf.op, Ops.BUFFER)
       ks.kept_linear(UOp.sink(UOp.const(2.0, dtypes.float)), lambda f: UOp(Ops.LINEAR, src=(buf.sink(),)))
       ks.kept_linear(buf.sink(), lambda f: pure)
       self.assertEqual(put.call_count, 1)
+      # an intermediate (no Buffer yet) is kept, and a hit makes it again with a slot of its own
+      mid = UOp.new_buffer("CPU", 4, dtypes.float)
+      ks.kept_linear(UOp.sink(UOp.const(3.0, dtypes.float)), lambda f: UOp(Ops.LINEAR, src=(mid.sink(),)))
+      self.assertEqual(put.call_count, 2)
+      again = ks.fresh_buffers(put.call_args[0][2])
+      (new,) = [u for u in again.toposort() if u.op is Ops.BUFFER]
+      self.assertNotEqual(new.arg.slot, mid.arg.slot)
+      self.assertEqual((new.arg.dtype, new.arg.device, new.src), (mid.arg.dtype, mid.arg.device, mid.src))
 
 @skip_unless('first-build-tier')
 @unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU heuristics' quick builds")
