@@ -103,8 +103,9 @@ class TestProgramCache(unittest.TestCase):
     self.db = os.path.join(self.tmp.name, "cache.db")
   def tearDown(self): self.tmp.cleanup()
 
-  def run_kernel(self, expr="(X * W).relu() + 1", expr_np="np.maximum(x * w, 0) + 1", **env) -> tuple[int, str]:
-    code = BUILD.replace("EXPR_NP", expr_np).replace("EXPR", expr)
+  def run_kernel(self, expr="(X * W).relu() + 1", expr_np="np.maximum(x * w, 0) + 1", realizes=1, **env) -> tuple[int, str]:
+    code = BUILD.replace("np.testing", "for _ in range(REALIZES - 1): (EXPR).realize()\nnp.testing").replace("REALIZES", str(realizes))
+    code = code.replace("EXPR_NP", expr_np).replace("EXPR", expr)
     built, keys = run_fresh(code, last=2, env={"CACHEDB": self.db, "CCACHE": "1", "PROGRAM_CACHE": "1", "DEBUG": "0", **env}).split()
     return int(built), keys
 
@@ -153,6 +154,14 @@ class TestProgramCache(unittest.TestCase):
     self.assertEqual((miss[0], hit[0]), (1, 0))
     self.assertEqual(miss[1], hit[1])
     self.assertEqual([self.run_kernel(*exp, TIERED="0")[0] for _ in range(2)], [1, 0])
+
+  def test_full_build_kept_first_call(self):
+    # a process that realized the kernel twice (quick, then in full) kept its full build: a later process's first realize runs that
+    # PROGRAM (first_tier asks the cache for it before building quick), with its key and device, and builds nothing
+    exp = ("(X - W).exp()", "np.exp(x - w)")
+    miss, hit = self.run_kernel(*exp, realizes=2), self.run_kernel(*exp)
+    self.assertEqual((miss[0], hit[0]), (2, 0))
+    self.assertEqual(miss[1], hit[1])
 
   def test_patched_renderer_attribute_misses(self):
     from tinygrad.codegen import program_cache as pc
@@ -259,6 +268,94 @@ class TestUPatCompileAfter(unittest.TestCase):
     env = {"CCACHE": "0", "DEBUG": "0"}
     first, late = (run_fresh(code, last=2, env={**env, "UPAT_COMPILE_AFTER": n}).split() for n in ("0", "1000000"))
     self.assertEqual(first, late)
+
+# a process that realizes EXPR of x, w and prints how many functions it scheduled (get_kernel_graph's calls) and every LINEAR the
+# in-process schedule cache holds, by its key (each kernel's AST, their order, their buffers), each intermediate BUFFER's slot (this
+# process's own number) as its place in the LINEAR
+SCHEDULE = AGAINST_NUMPY + """
+import tinygrad.schedule as S
+from dataclasses import replace
+from tinygrad.uop.ops import Ops
+def norm(l):
+  return l.substitute({b: b.replace(arg=replace(b.arg, slot=10**9+i)) for i, b in enumerate(u for u in l.toposort() if u.op is Ops.BUFFER)})
+built, orig = [0], S.get_kernel_graph
+def counting(f):
+  built[0] += 1
+  return orig(f)
+S.get_kernel_graph = counting
+X, W = Tensor(x), Tensor(w)
+np.testing.assert_allclose((EXPR).numpy(), EXPR_NP, rtol=1e-6)
+print(built[0], ",".join(sorted(norm(l).key.hex() for l in S.schedule_cache.values())))"""
+
+@skip_unless('kept-schedule')
+class TestKeptSchedule(unittest.TestCase):
+  """the schedule kept across processes (schedule/kept_schedule.py): a hit is the LINEAR a miss builds; a change of the graph, an
+  environment variable or a Context misses; SCHEDULE_KEEP=0 and CCACHE=0 schedule every graph; a graph with a BUFFER is never kept"""
+  def setUp(self):
+    self.tmp = tempfile.TemporaryDirectory()
+    self.env = {"CACHEDB": os.path.join(self.tmp.name, "cache.db"), "CCACHE": "1", "PROGRAM_CACHE": "1", "DEBUG": "0"}
+  def tearDown(self): self.tmp.cleanup()
+
+  def run_graph(self, expr="(X * W).relu().sum() + 1", expr_np="np.maximum(x * w, 0).sum() + 1", code=SCHEDULE, **env) -> tuple[int, str]:
+    built, keys = run_fresh(code.replace("EXPR_NP", expr_np).replace("EXPR", expr), last=2, env={**self.env, **env}).split()
+    return int(built), keys
+
+  def test_hit_is_the_miss_linear(self):
+    miss, hit = self.run_graph(), self.run_graph()
+    self.assertGreater(miss[0], 0)
+    self.assertEqual(hit, (0, miss[1]))   # scheduled nothing, and holds the same LINEARs
+
+  def test_intermediate_buffers_hit(self):
+    # two kernels and the buffer between them (made by the schedule): a hit gives it a new slot of its own process, the same LINEAR
+    exp = ("X.softmax() * W", "np.exp(x - x.max()) / np.exp(x - x.max()).sum() * w")
+    miss, hit = self.run_graph(*exp), self.run_graph(*exp)
+    self.assertGreater(miss[0], 0)
+    self.assertEqual(hit, (0, miss[1]))
+    code = SCHEDULE.replace("print(built[0]", "print(len([u for l in S.schedule_cache.values() for u in l.toposort() if u.op is Ops.BUFFER]), built[0]")
+    self.assertGreater(int(run_fresh(code.replace("EXPR_NP", exp[1]).replace("EXPR", exp[0]), last=3, env=self.env).split()[0]), 0)
+
+  def test_changed_graph_misses(self):
+    self.run_graph()
+    self.assertGreater(self.run_graph("(X * W).relu().sum() + 2", "np.maximum(x * w, 0).sum() + 2")[0], 0)
+    self.assertGreater(self.run_graph("(X - W).relu().sum() + 1", "np.maximum(x - w, 0).sum() + 1")[0], 0)
+
+  def test_changed_env_and_context_miss(self):
+    miss = self.run_graph()
+    self.assertGreater(self.run_graph(ALIGNED="0")[0], 0)   # any variable tinygrad reads by name
+    self.assertEqual(self.run_graph(ALIGNED="0")[0], 0)
+    code = SCHEDULE.replace("np.testing", "with Context(SPLIT_REDUCEOP=0): np.testing")
+    self.assertGreater(self.run_graph(code=code)[0], 0)
+    self.assertEqual(self.run_graph(code=code)[0], 0)
+    self.assertEqual(self.run_graph(), (0, miss[1]))
+
+  def test_off(self):
+    self.run_graph()
+    self.assertGreater(self.run_graph(SCHEDULE_KEEP="0")[0], 0)
+    self.assertGreater(self.run_graph(CCACHE="0")[0], 0)
+    self.assertGreater(self.run_graph(PROGRAM_CACHE="0")[0], 0)
+    self.assertEqual(self.run_graph()[0], 0)
+
+  def test_buffer_never_kept(self):
+    from tinygrad.schedule import kept_schedule as ks
+    pure = UOp(Ops.LINEAR, src=(UOp.sink(UOp.const(1.0, dtypes.float)),))
+    buf = Tensor([1.0, 2.0]).realize().uop.base   # a BUFFER with a Buffer of this process
+    with Context(PROGRAM_CACHE=1), unittest.mock.patch.object(ks, "diskcache_get", return_value=None), \
+         unittest.mock.patch.object(ks, "diskcache_put") as put:
+      self.assertIs(ks.kept_linear(UOp.sink(UOp.const(1.0, dtypes.float)), lambda f: pure), pure)
+      self.assertEqual(put.call_count, 1)
+      # a BUFFER in the function (its slot is this process's own), or one in the LINEAR that holds this process's data
+      self.assertEqual(buf.op, Ops.BUFFER)
+      ks.kept_linear(UOp.sink(UOp.const(2.0, dtypes.float)), lambda f: UOp(Ops.LINEAR, src=(buf.sink(),)))
+      ks.kept_linear(buf.sink(), lambda f: pure)
+      self.assertEqual(put.call_count, 1)
+      # an intermediate (no Buffer yet) is kept, and a hit makes it again with a slot of its own
+      mid = UOp.new_buffer("CPU", 4, dtypes.float)
+      ks.kept_linear(UOp.sink(UOp.const(3.0, dtypes.float)), lambda f: UOp(Ops.LINEAR, src=(mid.sink(),)))
+      self.assertEqual(put.call_count, 2)
+      again = ks.fresh_buffers(put.call_args[0][2])
+      (new,) = [u for u in again.toposort() if u.op is Ops.BUFFER]
+      self.assertNotEqual(new.arg.slot, mid.arg.slot)
+      self.assertEqual((new.arg.dtype, new.arg.device, new.src), (mid.arg.dtype, mid.arg.device, mid.src))
 
 @skip_unless('first-build-tier')
 @unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU heuristics' quick builds")

@@ -214,7 +214,8 @@ class TestRepo(unittest.TestCase):
                        "eager-cost", "gpu-heuristics"],
             "0.14.0": ["eager-shortcuts", "jit-replay", "callify-cache", "gradient-cache", "gpu-heuristics", "cpu-graph", "cpu-codegen",
                        "first-call", "cpu-avx512-tile", "program-cache", "upat-compile-after", "cpu-vector-lanes", "realize-shared-lookup",
-                       "first-build-tier", "first-call-fixed-cost", "codegen-quick-passes", "clang-together", "devec-elements"]}
+                       "first-build-tier", "first-call-fixed-cost", "codegen-quick-passes", "clang-together", "devec-elements",
+                       "kept-schedule"]}
     self.assertEqual(full[len(vmap):], perf[fork.upstream_line(ROOT)])
 
 class TestWheel(unittest.TestCase):

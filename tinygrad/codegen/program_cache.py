@@ -56,13 +56,24 @@ def _process_key() -> tuple:
 def program_key(ast, renderer) -> str:
   """everything to_program's output depends on: the kernel AST (its key, as to_program's own cache in a process), the renderer, every
   ContextVar's value now (Context included), every environment variable tinygrad reads by name, the sources and the machine"""
-  srcs, mach, names = _process_key()
-  ctxvars = tuple((k, repr(ContextVar._cache[k].value)) for k in names)
-  env = tuple((n, os.environ.get(n)) for n in env_names(srcs))
   # the renderer's plain settings too (a patch.object of its has_local or supports_float4 changes the program)
   ren = (type(renderer).__module__, type(renderer).__qualname__, repr(renderer.target),
          sorted((k, v) for k, v in vars(renderer).items() if isinstance(v, (bool, int, float, str, type(None)))))
-  return hashlib.sha256(repr((ast.key, ren, ctxvars, env, srcs, mach)).encode()).hexdigest()
+  return hashlib.sha256(repr((ast.key, ren, context_key())).encode()).hexdigest()
+
+def context_key() -> str:
+  """the key's part besides the kernel and the renderer (the kept schedule's too: schedule/kept_schedule.py): every ContextVar's value
+  now, every environment variable tinygrad reads by name, the sources and the machine"""
+  srcs, mach, names = _process_key()
+  ctxvars = tuple((k, repr(ContextVar._cache[k].value)) for k in names)
+  # the variables set of those names, one pass over the environment (a lookup of each of ~170 names was ~0.25 ms a key)
+  env = tuple(sorted((n, v) for n, v in os.environ.items() if n in _name_set(srcs)))
+  return hashlib.sha256(repr((ctxvars, env, _static_key(srcs, mach))).encode()).hexdigest()
+
+@functools.cache
+def _name_set(srcs:tuple) -> frozenset[str]: return frozenset(env_names(srcs))
+@functools.cache
+def _static_key(srcs:tuple, mach:tuple) -> str: return hashlib.sha256(repr((srcs, mach)).encode()).hexdigest()   # once a process
 
 def enabled() -> bool:   # DEBUG>=3 and VIZ show the codegen
   on = PROGRAM_CACHE.value > 0 or (PROGRAM_CACHE.value < 0 and "PYTEST_CURRENT_TEST" not in os.environ)
@@ -75,6 +86,10 @@ KEPT = ("key", "device")
 def restore(prg:UOp, props:dict) -> UOp:
   for nm, v in props.items(): prg.__dict__.setdefault(nm, v)   # (a PROGRAM this process holds already has them)
   return prg
+
+def lookup(ast, renderer) -> UOp|None:
+  """the PROGRAM an earlier process built from this key, its key and device restored, or None"""
+  return restore(*hit) if enabled() and (hit:=diskcache_get(TABLE, program_key(ast, renderer))) is not None else None
 
 def cached_to_program(ast, renderer, build:Callable):
   """build(ast, renderer), or the PROGRAM an earlier process built from the same key"""

@@ -8,7 +8,7 @@ reduce's unroll. Rounding can differ where a transcendental is vector math in on
 multiply-adds differently). A quick build is kept in the program cache too, under
 its own key. Tested in test/test_first_call_cpu.py."""
 from __future__ import annotations
-from tinygrad.helpers import BEAM, Context, ContextVar, diskcache_get, getenv
+from tinygrad.helpers import BEAM, Context, ContextVar, getenv
 from tinygrad.uop.ops import Ops, UOp
 from tinygrad.renderer import Renderer
 import tinygrad.codegen as codegen
@@ -30,7 +30,7 @@ def first_build(ast:UOp, ren:Renderer, quick:bool) -> tuple[UOp, bool]:
   """(the PROGRAM, whether it is a quick build): quick only for a linear that runs now (quick) and when the program cache has no full
   build of the kernel, asked first, so a warm process never builds quick"""
   if not quick or not tiering(ast, ren): return to_program(ast, ren), False
-  if program_cache.enabled() and (prg:=diskcache_get(program_cache.TABLE, program_cache.program_key(ast, ren))) is not None: return prg, False
+  if (prg:=program_cache.lookup(ast, ren)) is not None: return prg, False   # (the kept entry is the PROGRAM with its key and device)
   # no full build kept: the quick one, itself kept under its own key (QUICK_OPTS is in it), so a process that runs a kernel once builds
   # it once across processes. do_to_program looked up at the call: a test's mock of it sees it
   with Context(QUICK_OPTS=1): return program_cache.cached_to_program(ast, ren, lambda a, r: codegen.do_to_program(a, r)), True
