@@ -13,19 +13,24 @@ from tinygrad.fork_line import LINE_012
 if LINE_012: raise unittest.SkipTest("the 0.14 line's realize cache: 0.12's realize has no transform_to_call")
 import tinygrad.engine.callify_cache as callify_cache
 from tinygrad.vmap import vmap
+from vmap_oracle import np_mlp_per_example_grads
 
 def rand(*shape, seed:int, dtype=np.float32) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
-class CountTransforms:
-  """counts the realizes that went the long way (transform_to_call) while in the with block"""
+class CountCalls:
+  """counts the calls of module.name (a function the realize looks up there) while in the with block"""
+  def __init__(self, module, name:str): self.module, self.name = module, name
   def __enter__(self):
-    self.n, self.orig = 0, tensor_module.transform_to_call
-    def counted(big_sink):
+    self.n, self.orig = 0, getattr(self.module, self.name)
+    def counted(*args):
       self.n += 1
-      return self.orig(big_sink)
-    tensor_module.transform_to_call = counted
+      return self.orig(*args)
+    setattr(self.module, self.name, counted)
     return self
-  def __exit__(self, *exc): tensor_module.transform_to_call = self.orig
+  def __exit__(self, *exc): setattr(self.module, self.name, self.orig)
+
+def CountTransforms() -> CountCalls: return CountCalls(tensor_module, "transform_to_call")   # the realizes that went the long way
+def CountWalks() -> CountCalls: return CountCalls(callify_cache, "graph_structure")         # the realizes that walked their graph
 
 def realize_twice(fxn, *inputs_per_call:tuple[np.ndarray, ...]) -> tuple[list[np.ndarray], int]:
   """fxn on Tensors of each input tuple, each realized; the results as numpy and how many realizes after the first went the long way"""
@@ -277,23 +282,6 @@ class TestScheduleTemplate(unittest.TestCase):
       np.testing.assert_allclose(out.numpy(), np.maximum(a @ b, 0).sum(0) + a.max(), rtol=1e-5)
     self.assertGreater(len(jf.captured.linear.src), 1)
 
-class CountWalks:
-  """counts the realizes that walked their graph (graph_structure) while in the with block"""
-  def __enter__(self):
-    self.n, self.orig = 0, callify_cache.graph_structure
-    def counted(big_sink):
-      self.n += 1
-      return self.orig(big_sink)
-    callify_cache.graph_structure = counted
-    return self
-  def __exit__(self, *exc): callify_cache.graph_structure = self.orig
-
-def np_mlp_grads(w1, b1, w2, X, Y):
-  h = X @ w1 + b1
-  d = 2 * (np.maximum(h, 0) @ w2 - Y)
-  g = d[:, None] * w2 * (h > 0)
-  return X[:, :, None] * g[:, None, :], g, d[:, None] * np.maximum(h, 0)
-
 class TestRealizeFromBatch(unittest.TestCase):
   """a realize of a vmap call's outputs, which its scope's templates built: kept per those templates and the leaves' own structure, it
   walks no graph (graph_structure); TEMPLATE_CHECK=1 walks it and compares. A changed structure walks, and every result matches numpy"""
@@ -310,7 +298,7 @@ class TestRealizeFromBatch(unittest.TestCase):
       x, y = Tensor(X).realize(), Tensor(Y).realize()
       with Context(TEMPLATE_CHECK=int(i == 4)), CountWalks() as count: Tensor.realize(*(out:=fn(*w, x, y)))
       walks.append(count.n)
-      for g, want in zip(out, np_mlp_grads(*[t.numpy() for t in w], X, Y)): np.testing.assert_allclose(g.numpy(), want, rtol=1e-4, atol=1e-5)
+      for g, want in zip(out, np_mlp_per_example_grads(*[t.numpy() for t in w], X, Y)): np.testing.assert_allclose(g.numpy(), want, rtol=1e-4, atol=1e-5)
     self.assertEqual(walks[2:4], [0, 0])   # the second realize keeps what it walked, the third on take it
     self.assertGreaterEqual(walks[4], 1)   # TEMPLATE_CHECK: walked, and the same
 

@@ -10,6 +10,7 @@ from tinygrad import Tensor, vmap, dtypes
 from tinygrad.helpers import Context
 from tinygrad.uop.ops import UOp, Ops
 from tinygrad.fork_line import LINE_012
+from vmap_oracle import np_mlp_per_example_grads as np_per_example_grads
 if LINE_012: raise unittest.SkipTest("the 0.14 line's structure templates: 0.12 has no batch_scope, gradient or realize templates")
 import tinygrad.structure_template as st
 import tinygrad.batching as batching
@@ -143,11 +144,6 @@ def counted(module):
   return unittest.mock.patch.object(module, "check_hit", wraps=st.check_hit)
 
 def per_example_grads(w1, b1, w2, x, y): return tuple((((x @ w1 + b1).relu() @ w2 - y) ** 2).gradient(w1, b1, w2))
-def np_per_example_grads(w1, b1, w2, X, Y):
-  h = X @ w1 + b1
-  d = 2 * (np.maximum(h, 0) @ w2 - Y)
-  g = d[:, None] * w2 * (h > 0)
-  return X[:, :, None] * g[:, None, :], g, d[:, None] * np.maximum(h, 0)
 
 class TestTemplateCheck(unittest.TestCase):
   """TEMPLATE_CHECK=1: every hit is built the long way too and must be the same UOps; the results still match numpy"""

@@ -216,3 +216,10 @@ def num_jac(fn, h:float=1e-5):
     out_shape = np.asarray(fn(x, *rest)).shape
     return np.stack(cols, axis=-1).reshape(out_shape + x.shape) if cols else np.zeros(out_shape + x.shape)
   return jac
+
+def np_mlp_per_example_grads(w1, b1, w2, X, Y):
+  """the gradients of ((x @ w1 + b1).relu() @ w2 - y) ** 2 in w1, b1 and w2, one per example (row) of X and Y"""
+  h = X @ w1 + b1
+  d = 2 * (np.maximum(h, 0) @ w2 - Y)
+  g = d[:, None] * w2 * (h > 0)
+  return X[:, :, None] * g[:, None, :], g, d[:, None] * np.maximum(h, 0)
