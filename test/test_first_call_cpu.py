@@ -401,6 +401,18 @@ class TestFirstBuildTier(unittest.TestCase):
     with Context(TIERED=0): np.testing.assert_allclose((Tensor(x).sin() + 1).numpy(), np.sin(x.astype(np.float64)) + 1, rtol=2e-6, atol=2e-6)
     self.assertEqual(len(self.ft.quick_programs), n)
 
+  def test_tiered_off_reaches_the_pool(self):
+    # the tier is decided where the linear is lowered: a worker process of the compile pool does not see the caller's Context(TIERED=0)
+    x = self.rng.uniform(-10, 10, (8, 40)).astype(np.float32)
+    n = len(self.ft.quick_programs)
+    with Context(TIERED=0, PARALLEL=2):
+      a, b = Tensor(x).sin().contiguous(), (Tensor(x) * 2).exp().contiguous()
+      a.realize(b)   # one schedule of two kernels: compiled by the pool
+      got = [a.numpy(), b.numpy()]
+    np.testing.assert_allclose(got[0], np.sin(x.astype(np.float64)), rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(got[1], np.exp(2 * x.astype(np.float64)), rtol=3e-6)
+    self.assertEqual(len(self.ft.quick_programs), n)
+
   def test_eager_second_realize_full(self):
     x = self.rng.uniform(-10, 10, (16, 56)).astype(np.float32)
     want = np.exp(np.sin(x.astype(np.float64)))
