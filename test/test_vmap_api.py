@@ -7,6 +7,7 @@ from tinygrad.uop.ops import UOp, AxisType
 from tinygrad.fork_line import LINE_012
 from tinygrad.helpers import Context
 from tinygrad.vmap import vmap_range, varg
+from fork_topics import skip_unless
 from vmap_oracle import VmapTestCase, rand, np_loop, kernels, np_softmax, set_items, realize_with_buffers, schedule_cache_size, jit_kernels, training, compiled_programs
 
 def per_row(x): return (x*x).sum()*2 + x.max()   # reads the same on a Tensor and an ndarray
@@ -279,6 +280,71 @@ class TestReuse(VmapTestCase):
     for _ in range(4):
       x = rand(7, 3)
       self.assert_close(jf(Tensor(x).realize()).numpy(), np_softmax(x))
+
+def np_dot_max(a, w): return (a*w).sum(1) + a.max(1)
+
+@unittest.skipIf(LINE_012, "0.14's jit-call-cost topic: the 0.12 line's TinyJit is its own")
+@skip_unless("jit-call-cost")
+class TestJitCallCost(VmapTestCase):
+  """a TinyJit call's own cost (jit-call-cost): the inputs' preparation kept per input UOps, a CPU kernel launched from kept ctypes args"""
+  def jitted(self): return TinyJit(vmap(lambda a, w: (a*w).sum() + a.max(), in_axes=(0, None)))
+
+  def test_same_tensors_take_the_kept_inputs(self):
+    jf, a, w = self.jitted(), rand(5, 3), rand(3)
+    A, W = Tensor(a).realize(), Tensor(w).realize()
+    for _ in range(4): self.assert_close(jf(A, W).numpy(), np_dot_max(a, w))
+    self.assertEqual(jf.input_cache.hits, 3)   # every call but the first
+
+  def test_new_tensors_of_the_same_shape_miss(self):
+    jf, w = self.jitted(), Tensor(rand(3)).realize()
+    for _ in range(3):
+      a = rand(5, 3)
+      self.assert_close(jf(Tensor(a).realize(), w).numpy(), np_dot_max(a, w.numpy()))
+    self.assertEqual(jf.input_cache.hits, 0)
+
+  def test_data_written_in_place_is_read(self):
+    jf, a, w = self.jitted(), rand(5, 3), rand(3)
+    A, W = Tensor(a).realize(), Tensor(w).realize()
+    for _ in range(3): jf(A, W)
+    a2 = rand(5, 3)
+    A.assign(Tensor(a2)).realize()
+    self.assert_close(jf(A, W).numpy(), np_dot_max(a2, w))
+
+  def test_errors_still_raised_after_hits(self):
+    from tinygrad.engine.jit import JitError
+    jf, a, w = self.jitted(), rand(5, 3), rand(3)
+    A, W = Tensor(a).realize(), Tensor(w).realize()
+    for _ in range(4): jf(A, W)
+    for bad in [(Tensor(rand(6, 3)).realize(), W), (A, Tensor(rand(3)).cast(dtypes.float32).realize()), (A, Tensor(2.0)), (A, A[0])]:
+      with self.assertRaises(JitError): jf(*bad)
+    g, x = TinyJit(vmap(lambda a, b: a*b)), Tensor(rand(4, 2)).realize()
+    for _ in range(3): g(x, Tensor(rand(4, 2)).realize())
+    with self.assertRaises(JitError): g(x, x)   # duplicate inputs
+    self.assert_close(jf(A, W).numpy(), np_dot_max(a, w))
+
+  def test_variable_bound_to_another_value_misses(self):
+    jf, a = TinyJit(lambda x: (x+1).realize()), rand(3, 10)
+    A, v = Tensor(a).realize(), UOp.variable("i", 1, 10)
+    views = {i: A[:, :v.bind(i)] for i in (2, 3)}
+    for i in (2, 3, 2, 3, 3): self.assert_close(jf(views[i])[:, :i].numpy(), a[:, :i]+1)
+    self.assertEqual(jf.input_cache.hits, 1)   # the last call: the view of the call before, bound to the same value
+
+  def test_cpu_kernels_launch_from_kept_args(self):
+    from tinygrad.device import Buffer
+    w, a = rand(3), rand(5, 3)
+    W = Tensor(w).realize()   # not an argument: a buffer the plan keeps
+    jf = TinyJit(vmap(lambda a: (a*W).sum() + a.max()))
+    for _ in range(3): jf(Tensor(a).realize())
+    steps = [s for s in jf.captured._plan if hasattr(s, "fast")]
+    self.assertTrue(steps and all(s.fast is not None for s in steps))
+    # W's memory freed and allocated again elsewhere: that launch takes run_linear's path
+    buf = W.uop.buffer
+    buf.deallocate()
+    other = Buffer(buf.device, buf.size, buf.dtype).allocate()   # takes the freed memory from the allocator's cache
+    buf.allocate().copy_from(Tensor(w).realize().uop.buffer)
+    self.assertFalse(all(s.fast.valid() for s in steps))
+    self.assert_close(jf(Tensor(a).realize()).numpy(), np_dot_max(a, w))
+    del other
 
 class TestScheduleCache(VmapTestCase):
   def schedule_misses(self, fn, *shapes) -> list[int]:
