@@ -320,6 +320,9 @@ class TestJitCallCost(VmapTestCase):
     g, x = TinyJit(vmap(lambda a, b: a*b)), Tensor(rand(4, 2)).realize()
     for _ in range(3): g(x, Tensor(rand(4, 2)).realize())
     with self.assertRaises(JitError): g(x, x)   # duplicate inputs
+    h, y = TinyJit(lambda a, b: (a*b).realize()), Tensor(rand(4, 2)).realize()
+    for _ in range(3): h(x, b=y)
+    with self.assertRaises(JitError): h(x, y)   # the same Tensors, but passed by position: the names differ
     self.assert_close(jf(A, W).numpy(), np_dot_max(a, w))
 
   def test_variable_bound_to_another_value_misses(self):

@@ -127,7 +127,7 @@ class InputCache:
       if a.__class__ is Tensor: key.append(a.uop)
       elif isinstance(a, (tuple, list, dict)): return prepare(args, kwargs)  # prepare looks inside these
       else: key.append(a if isinstance(a, UOp) else None)
-    if self.ret is not None and len(key) == len(self.refs) and (not kwargs or tuple(sorted(kwargs)) == self.kw) and self._same(key):
+    if self.ret is not None and len(key) == len(self.refs) and tuple(sorted(kwargs)) == self.kw and self._same(key):
       self.hits += 1
       return self.ret
     ret = prepare(args, kwargs)
