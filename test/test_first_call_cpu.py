@@ -195,12 +195,14 @@ from tinygrad.dtype import dtypes
 from tinygrad.uop import upat, upat_cache
 from tinygrad.schedule.rangeify import pm_mops
 from tinygrad.uop.symbolic import symbolic
+from tinygrad.codegen import devectorizer2
+from tinygrad.renderer.cstyle import ClangRenderer
 def code(p, fxn):   # the code object and each name's literal, as upat_compile gets them
   import inspect
   ret = upat_cache.cached_code(p, "ctx" in inspect.signature(fxn).parameters, upat._get_clause, upat._get_code)
   if ret is None: return None
   return (ret[0] if not isinstance(ret[0], str) else compile(ret[0], "<string>", "exec")), {k: (type(v), v) for k, v in ret[1].items()}
-pats = [(p, f) for pm in (symbolic, pm_mops) for p, f in pm.patterns]
+pats = [(p, f) for pm in (symbolic, pm_mops, devectorizer2, ClangRenderer.extra_matcher) for p, f in pm.patterns]
 print(len(pats), sum(code(p, f) is None for p, f in pats))
 """
 
@@ -220,7 +222,7 @@ class TestFirstCallFixedCost(unittest.TestCase):
       self.assertEqual((code, name, defaults), (fxn.__code__, fxn.__name__, fxn.__defaults__))
 
   def test_upat_code_hit_is_the_miss(self):
-    # a process that renders every pattern of symbolic and pm_mops, then one that reads them: the same patterns left uncompiled
+    # a process that renders every pattern of symbolic, pm_mops, devectorizer2 and clang's, then one that reads them: the same patterns left uncompiled
     with tempfile.TemporaryDirectory() as d:
       env = {"CACHEDB": os.path.join(d, "cache.db"), "UPAT_CACHE": "1"}
       miss, hit, off = (run_fresh(UPAT_CODE, last=2, env=e) for e in (env, env, {**env, "UPAT_CACHE": "0"}))
@@ -231,19 +233,57 @@ class TestFirstCallFixedCost(unittest.TestCase):
       code = UPAT_CODE.replace("print(", "first = [code(p, f) for p, f in pats]\nprint(first == [code(p, f) for p, f in pats], ")
       self.assertEqual(run_fresh(code, last=3, env={"CACHEDB": os.path.join(d, "cache.db"), "UPAT_CACHE": "1"}).split()[0], "True")
 
+  def test_upat_code_second_process_hits(self):
+    # every pattern rendered in a first process is read by the second (none left out by its literals' classes)
+    code = UPAT_CODE.replace("print(", """hits = [0]
+orig = upat_cache.lookup
+def counting(k):
+  hits[0] += (ret:=orig(k)) is not None
+  return ret
+upat_cache.lookup = counting
+[code(p, f) for p, f in pats]
+print(hits[0], """)
+    with tempfile.TemporaryDirectory() as d:
+      env = {"CACHEDB": os.path.join(d, "cache.db"), "UPAT_CACHE": "1"}
+      first, second = (run_fresh(code, last=3, env=env).split() for _ in range(2))
+    self.assertLess(int(first[0]), int(first[1]))   # (a first process hits only where two of its patterns have one key)
+    self.assertEqual(second[0], second[1])
+
   def test_upat_code_changed_pattern_misses(self):
-    from tinygrad.uop import upat, upat_cache
-    def key(p):
-      clause = upat._get_clause(p, UOp(Ops.CUSTOMI, arg="uop"))
-      return upat_cache.clause_key(clause, [u for u in clause.toposort() if u.op is Ops.PYLITERAL], False)
+    from tinygrad.uop import upat_cache
+    def key(p): return upat_cache.pattern_key(p, False)[0]
     base = key(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))))
     self.assertEqual(base, key(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c")))))
     self.assertNotEqual(base, key(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c")))))
     self.assertNotEqual(base, key(UPat(Ops.ADD, src=(UPat.var("y"), UPat.cvar("c")))))
     self.assertNotEqual(base, key(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c")), allow_any_len=True)))
+    self.assertNotEqual(base, upat_cache.pattern_key(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))), True)[0])
     # a literal is a name in the code: another dtype renders the same code, its own literal bound to it
     self.assertEqual(key(UPat(Ops.CAST, dtypes.float, name="x")), key(UPat(Ops.CAST, dtypes.int, name="x")))
     self.assertNotEqual(key(UPat(Ops.CAST, dtypes.float, name="x")), key(UPat(Ops.CAST, (dtypes.float, dtypes.int), name="x")))
+    # two equal literals are one name, two different ones two
+    self.assertNotEqual(key(UPat(Ops.ADD, src=(UPat(dtype=dtypes.int), UPat(dtype=dtypes.int)))),
+                        key(UPat(Ops.ADD, src=(UPat(dtype=dtypes.int), UPat(dtype=dtypes.float)))))
+
+  def test_pattern_key_is_the_clause_key(self):
+    # pattern_key (a walk of the UPat) against clause_key (a hash of the clause _get_clause builds, which renders the code): over every
+    # pattern of this process, two patterns have the same pattern_key iff they have the same clause_key
+    import gc
+    import tinygrad.codegen, tinygrad.schedule.rangeify, tinygrad.renderer.cstyle  # noqa: F401  # pylint: disable=unused-import
+    from tinygrad.uop import upat, upat_cache
+    from tinygrad.uop.ops import PatternMatcher, takes_ctx
+    pats = {id(p): (p, f) for pm in gc.get_objects() if isinstance(pm, PatternMatcher) for p, f in pm.patterns}
+    by_walk, by_clause = {}, {}
+    for p, f in pats.values():
+      clause = upat._get_clause(p, UOp(Ops.CUSTOMI, arg="uop"))
+      ck = upat_cache.clause_key(clause, [u for u in clause.toposort() if u.op is Ops.PYLITERAL], takes_ctx(f))
+      if ck is None: continue
+      wk = upat_cache.pattern_key(p, takes_ctx(f))[0]
+      by_walk.setdefault(wk, set()).add(ck)
+      by_clause.setdefault(ck, set()).add(wk)
+    self.assertGreater(len(pats), 500)
+    self.assertEqual([k for k, v in by_walk.items() if len(v) > 1], [])
+    self.assertEqual([k for k, v in by_clause.items() if len(v) > 1], [])
 
   def test_program_key_kept_is_the_graph_key(self):
     # the hit's PROGRAM carries its key and device from the disk cache: what hashing its UOps again gives
