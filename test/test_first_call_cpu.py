@@ -576,6 +576,15 @@ class TestQuickPasses(unittest.TestCase):
       return np.sqrt((d * d).sum(-1)) + np.where(A[:, None, :] > B[None], A[:, None, :], 1 / (1 + B[None] * B[None])).sum(-1)
     self.check_same(f, a, b)
 
+  def test_gather(self):   # a tensor indexed by a tensor: the load collapse runs and rewrites
+    x, idx = self.rng.standard_normal((50, 8)).astype(np.float32), self.rng.integers(0, 50, 30).astype(np.int32)
+    self.check_same(lambda X, I: X[I] * 2 if isinstance(X, Tensor) else X[I] * 2, x, idx)
+
+  def test_half_and_long(self):   # half and int64 dtypes: the dtype decompositions' pass runs
+    x, y = self.rng.standard_normal((30, 7)).astype(np.float16), self.rng.integers(-1000, 1000, (30, 7)).astype(np.int64)
+    self.check_same(lambda X, Y: X.float().sum(1) + (Y * 3).max(1).float() if isinstance(X, Tensor) else
+                    X.astype(np.float32).sum(1) + (Y * 3).max(1).astype(np.float32), x, y)
+
 @skip_unless('clang-together')
 @unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU device's clang")
 class TestClangTogether(unittest.TestCase):
