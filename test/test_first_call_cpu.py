@@ -309,6 +309,27 @@ class TestUPatCompileAfter(unittest.TestCase):
     first, late = (run_fresh(code, last=2, env={**env, "UPAT_COMPILE_AFTER": n}).split() for n in ("0", "1000000"))
     self.assertEqual(first, late)
 
+  @skip_unless('codegen-cost')
+  def test_compiled_at_first_try_with_the_pattern_cache(self):
+    # with the pattern cache on, a pattern tried once is compiled (a miss renders it, a hit reads it); off, it is interpreted first; the
+    # same PROGRAMs from a miss, a hit and the cache off
+    code = """
+from tinygrad.uop.symbolic import symbolic
+from tinygrad.uop.ops import UOp, Ops
+def lazy(): return sum(e[1].__name__ == "lazy_compile" for e in symbolic.pdict[Ops.ADD])
+before = lazy()
+symbolic.rewrite(UOp.variable("a", 0, 9) + 0)
+compiled = before - lazy()
+""" + BUILD.replace("EXPR_NP", "np.exp(x - w).sum()").replace("EXPR", "(X - W).exp().sum()") + """
+print(compiled)"""
+    with tempfile.TemporaryDirectory() as d:
+      env = {"CCACHE": "0", "DEBUG": "0", "CACHEDB": os.path.join(d, "cache.db")}
+      miss, hit, off = (run_fresh(code, last=3, env={**env, "UPAT_CACHE": c}).split() for c in ("1", "1", "0"))
+    self.assertEqual(miss, hit)
+    self.assertGreater(int(miss[2]), 0)
+    self.assertEqual(off[2], "0")
+    self.assertEqual(miss[:2], off[:2])
+
 # a process that realizes EXPR of x, w and prints how many functions it scheduled (get_kernel_graph's calls) and every LINEAR the
 # in-process schedule cache holds, by its key (each kernel's AST, their order, their buffers), each intermediate BUFFER's slot (this
 # process's own number) as its place in the LINEAR
