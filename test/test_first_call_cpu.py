@@ -12,7 +12,7 @@ from tinygrad.uop.ops import UOp, UPat, Ops
 from tinygrad.dtype import dtypes
 from tinygrad.fork_line import LINE_012
 if LINE_012: raise unittest.SkipTest("the 0.14 line's first-call: 0.12's CPU device has no programs of its own and its compile no pool")
-from fork_topics import skip_module_unless, skip_unless
+from fork_topics import applied, skip_module_unless, skip_unless
 skip_module_unless('first-call')
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -519,6 +519,13 @@ class TestQuickPasses(unittest.TestCase):
     with unittest.mock.patch.object(cg, "graph_rewrite", counting), Context(QUICK_OPTS=int(quick)):
       sink = cg.full_rewrite_to_sink(ast, ren, optimize=ast.tag is None)
     prg = cg.do_linearize(ren, UOp(Ops.PROGRAM, src=(sink,), arg=ProgramInfo.from_sink(sink, ren.target)), sink)
+    if applied('codegen-cost'):   # the renderer's dtypes, scalars counted without max_numel: upstream's expression's
+      from tinygrad.renderer.cstyle import uops_to_dtypes
+      from tinygrad.helpers import dedup
+      from tinygrad.dtype import AddrSpace
+      uops = list(prg.src[1].src)
+      self.assertEqual(uops_to_dtypes(uops), dedup((u.dtype, u.max_numel()) for u in uops
+                                                   if u.addrspace in (AddrSpace.ALU, None) and u.dtype != dtypes.void and u._shape is not None))
     return sink, ren.render(list(prg.src[1].src)), passes[0]
 
   def check_same(self, f, *args_np):
