@@ -222,7 +222,8 @@ class TestFirstCallFixedCost(unittest.TestCase):
       self.assertEqual((code, name, defaults), (fxn.__code__, fxn.__name__, fxn.__defaults__))
 
   def test_upat_code_hit_is_the_miss(self):
-    # a process that renders every pattern of symbolic, pm_mops, devectorizer2 and clang's, then one that reads them: the same patterns left uncompiled
+    # a process that renders every pattern of symbolic, pm_mops, devectorizer2 and clang's, then one that reads them: the same ones left
+    # uncompiled
     with tempfile.TemporaryDirectory() as d:
       env = {"CACHEDB": os.path.join(d, "cache.db"), "UPAT_CACHE": "1"}
       miss, hit, off = (run_fresh(UPAT_CODE, last=2, env=e) for e in (env, env, {**env, "UPAT_CACHE": "0"}))
