@@ -12,7 +12,7 @@ from tinygrad.uop.ops import UOp, UPat, Ops
 from tinygrad.dtype import dtypes
 from tinygrad.fork_line import LINE_012
 if LINE_012: raise unittest.SkipTest("the 0.14 line's first-call: 0.12's CPU device has no programs of its own and its compile no pool")
-from fork_topics import skip_module_unless, skip_unless
+from fork_topics import applied, skip_module_unless, skip_unless
 skip_module_unless('first-call')
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,12 +195,14 @@ from tinygrad.dtype import dtypes
 from tinygrad.uop import upat, upat_cache
 from tinygrad.schedule.rangeify import pm_mops
 from tinygrad.uop.symbolic import symbolic
+from tinygrad.codegen import devectorizer2
+from tinygrad.renderer.cstyle import ClangRenderer
 def code(p, fxn):   # the code object and each name's literal, as upat_compile gets them
   import inspect
   ret = upat_cache.cached_code(p, "ctx" in inspect.signature(fxn).parameters, upat._get_clause, upat._get_code)
   if ret is None: return None
   return (ret[0] if not isinstance(ret[0], str) else compile(ret[0], "<string>", "exec")), {k: (type(v), v) for k, v in ret[1].items()}
-pats = [(p, f) for pm in (symbolic, pm_mops) for p, f in pm.patterns]
+pats = [(p, f) for pm in (symbolic, pm_mops, devectorizer2, ClangRenderer.extra_matcher) for p, f in pm.patterns]
 print(len(pats), sum(code(p, f) is None for p, f in pats))
 """
 
@@ -220,7 +222,8 @@ class TestFirstCallFixedCost(unittest.TestCase):
       self.assertEqual((code, name, defaults), (fxn.__code__, fxn.__name__, fxn.__defaults__))
 
   def test_upat_code_hit_is_the_miss(self):
-    # a process that renders every pattern of symbolic and pm_mops, then one that reads them: the same patterns left uncompiled
+    # a process that renders every pattern of symbolic, pm_mops, devectorizer2 and clang's, then one that reads them: the same ones left
+    # uncompiled
     with tempfile.TemporaryDirectory() as d:
       env = {"CACHEDB": os.path.join(d, "cache.db"), "UPAT_CACHE": "1"}
       miss, hit, off = (run_fresh(UPAT_CODE, last=2, env=e) for e in (env, env, {**env, "UPAT_CACHE": "0"}))
@@ -231,19 +234,57 @@ class TestFirstCallFixedCost(unittest.TestCase):
       code = UPAT_CODE.replace("print(", "first = [code(p, f) for p, f in pats]\nprint(first == [code(p, f) for p, f in pats], ")
       self.assertEqual(run_fresh(code, last=3, env={"CACHEDB": os.path.join(d, "cache.db"), "UPAT_CACHE": "1"}).split()[0], "True")
 
+  def test_upat_code_second_process_hits(self):
+    # every pattern rendered in a first process is read by the second (none left out by its literals' classes)
+    code = UPAT_CODE.replace("print(", """hits = [0]
+orig = upat_cache.lookup
+def counting(k):
+  hits[0] += (ret:=orig(k)) is not None
+  return ret
+upat_cache.lookup = counting
+[code(p, f) for p, f in pats]
+print(hits[0], """)
+    with tempfile.TemporaryDirectory() as d:
+      env = {"CACHEDB": os.path.join(d, "cache.db"), "UPAT_CACHE": "1"}
+      first, second = (run_fresh(code, last=3, env=env).split() for _ in range(2))
+    self.assertLess(int(first[0]), int(first[1]))   # (a first process hits only where two of its patterns have one key)
+    self.assertEqual(second[0], second[1])
+
   def test_upat_code_changed_pattern_misses(self):
-    from tinygrad.uop import upat, upat_cache
-    def key(p):
-      clause = upat._get_clause(p, UOp(Ops.CUSTOMI, arg="uop"))
-      return upat_cache.clause_key(clause, [u for u in clause.toposort() if u.op is Ops.PYLITERAL], False)
+    from tinygrad.uop import upat_cache
+    def key(p): return upat_cache.pattern_key(p, False)[0]
     base = key(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))))
     self.assertEqual(base, key(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c")))))
     self.assertNotEqual(base, key(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c")))))
     self.assertNotEqual(base, key(UPat(Ops.ADD, src=(UPat.var("y"), UPat.cvar("c")))))
     self.assertNotEqual(base, key(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c")), allow_any_len=True)))
+    self.assertNotEqual(base, upat_cache.pattern_key(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))), True)[0])
     # a literal is a name in the code: another dtype renders the same code, its own literal bound to it
     self.assertEqual(key(UPat(Ops.CAST, dtypes.float, name="x")), key(UPat(Ops.CAST, dtypes.int, name="x")))
     self.assertNotEqual(key(UPat(Ops.CAST, dtypes.float, name="x")), key(UPat(Ops.CAST, (dtypes.float, dtypes.int), name="x")))
+    # two equal literals are one name, two different ones two
+    self.assertNotEqual(key(UPat(Ops.ADD, src=(UPat(dtype=dtypes.int), UPat(dtype=dtypes.int)))),
+                        key(UPat(Ops.ADD, src=(UPat(dtype=dtypes.int), UPat(dtype=dtypes.float)))))
+
+  def test_pattern_key_is_the_clause_key(self):
+    # pattern_key (a walk of the UPat) against clause_key (a hash of the clause _get_clause builds, which renders the code): over every
+    # pattern of this process, two patterns have the same pattern_key iff they have the same clause_key
+    import gc
+    import tinygrad.codegen, tinygrad.schedule.rangeify, tinygrad.renderer.cstyle  # noqa: F401  # pylint: disable=unused-import
+    from tinygrad.uop import upat, upat_cache
+    from tinygrad.uop.ops import PatternMatcher, takes_ctx
+    pats = {id(p): (p, f) for pm in gc.get_objects() if isinstance(pm, PatternMatcher) for p, f in pm.patterns}
+    by_walk, by_clause = {}, {}
+    for p, f in pats.values():
+      clause = upat._get_clause(p, UOp(Ops.CUSTOMI, arg="uop"))
+      ck = upat_cache.clause_key(clause, [u for u in clause.toposort() if u.op is Ops.PYLITERAL], takes_ctx(f))
+      if ck is None: continue
+      wk = upat_cache.pattern_key(p, takes_ctx(f))[0]
+      by_walk.setdefault(wk, set()).add(ck)
+      by_clause.setdefault(ck, set()).add(wk)
+    self.assertGreater(len(pats), 500)
+    self.assertEqual([k for k, v in by_walk.items() if len(v) > 1], [])
+    self.assertEqual([k for k, v in by_clause.items() if len(v) > 1], [])
 
   def test_program_key_kept_is_the_graph_key(self):
     # the hit's PROGRAM carries its key and device from the disk cache: what hashing its UOps again gives
@@ -268,6 +309,27 @@ class TestUPatCompileAfter(unittest.TestCase):
     env = {"CCACHE": "0", "DEBUG": "0"}
     first, late = (run_fresh(code, last=2, env={**env, "UPAT_COMPILE_AFTER": n}).split() for n in ("0", "1000000"))
     self.assertEqual(first, late)
+
+  @skip_unless('codegen-cost')
+  def test_compiled_at_first_try_with_the_pattern_cache(self):
+    # with the pattern cache on, a pattern tried once is compiled (a miss renders it, a hit reads it); off, it is interpreted first; the
+    # same PROGRAMs from a miss, a hit and the cache off
+    code = """
+from tinygrad.uop.symbolic import symbolic
+from tinygrad.uop.ops import UOp, Ops
+def lazy(): return sum(e[1].__name__ == "lazy_compile" for e in symbolic.pdict[Ops.ADD])
+before = lazy()
+symbolic.rewrite(UOp.variable("a", 0, 9) + 0)
+compiled = before - lazy()
+""" + BUILD.replace("EXPR_NP", "np.exp(x - w).sum()").replace("EXPR", "(X - W).exp().sum()") + """
+print(compiled)"""
+    with tempfile.TemporaryDirectory() as d:
+      env = {"CCACHE": "0", "DEBUG": "0", "CACHEDB": os.path.join(d, "cache.db")}
+      miss, hit, off = (run_fresh(code, last=3, env={**env, "UPAT_CACHE": c}).split() for c in ("1", "1", "0"))
+    self.assertEqual(miss, hit)
+    self.assertGreater(int(miss[2]), 0)
+    self.assertEqual(off[2], "0")
+    self.assertEqual(miss[:2], off[:2])
 
 # a process that realizes EXPR of x, w and prints how many functions it scheduled (get_kernel_graph's calls) and every LINEAR the
 # in-process schedule cache holds, by its key (each kernel's AST, their order, their buffers), each intermediate BUFFER's slot (this
@@ -458,6 +520,13 @@ class TestQuickPasses(unittest.TestCase):
     with unittest.mock.patch.object(cg, "graph_rewrite", counting), Context(QUICK_OPTS=int(quick)):
       sink = cg.full_rewrite_to_sink(ast, ren, optimize=ast.tag is None)
     prg = cg.do_linearize(ren, UOp(Ops.PROGRAM, src=(sink,), arg=ProgramInfo.from_sink(sink, ren.target)), sink)
+    if applied('codegen-cost'):   # the renderer's dtypes, scalars counted without max_numel: upstream's expression's
+      from tinygrad.renderer.cstyle import uops_to_dtypes
+      from tinygrad.helpers import dedup
+      from tinygrad.dtype import AddrSpace
+      uops = list(prg.src[1].src)
+      self.assertEqual(uops_to_dtypes(uops), dedup((u.dtype, u.max_numel()) for u in uops
+                                                   if u.addrspace in (AddrSpace.ALU, None) and u.dtype != dtypes.void and u._shape is not None))
     return sink, ren.render(list(prg.src[1].src)), passes[0]
 
   def check_same(self, f, *args_np):
@@ -535,6 +604,15 @@ class TestQuickPasses(unittest.TestCase):
       d = A[:, None, :] - B[None, :, :]
       return np.sqrt((d * d).sum(-1)) + np.where(A[:, None, :] > B[None], A[:, None, :], 1 / (1 + B[None] * B[None])).sum(-1)
     self.check_same(f, a, b)
+
+  def test_gather(self):   # a tensor indexed by a tensor: the load collapse runs and rewrites
+    x, idx = self.rng.standard_normal((50, 8)).astype(np.float32), self.rng.integers(0, 50, 30).astype(np.int32)
+    self.check_same(lambda X, I: X[I] * 2 if isinstance(X, Tensor) else X[I] * 2, x, idx)
+
+  def test_half_and_long(self):   # half and int64 dtypes: the dtype decompositions' pass runs
+    x, y = self.rng.standard_normal((30, 7)).astype(np.float16), self.rng.integers(-1000, 1000, (30, 7)).astype(np.int64)
+    self.check_same(lambda X, Y: X.float().sum(1) + (Y * 3).max(1).float() if isinstance(X, Tensor) else
+                    X.astype(np.float32).sum(1) + (Y * 3).max(1).astype(np.float32), x, y)
 
 @skip_unless('clang-together')
 @unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU device's clang")

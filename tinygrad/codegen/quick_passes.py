@@ -8,7 +8,7 @@ input makes no new node, so skipping it leaves the sink, and the program, the sa
 test/test_first_call_cpu.py TestQuickPasses, renders programs both ways)."""
 from tinygrad.helpers import ContextVar
 from tinygrad.uop.ops import UOp, Ops
-from tinygrad.dtype import Invalid, AddrSpace
+from tinygrad.dtype import Invalid, AddrSpace, dtypes
 
 QUICK_PASSES = ContextVar("QUICK_PASSES", 1)
 
@@ -34,3 +34,15 @@ def has_unnumbered_param(sink:UOp) -> bool:
   """pm_number_params changes a PARAM whose slot is -1 alone"""
   if not QUICK_PASSES: return True
   return _any(sink, lambda u: u.op is Ops.PARAM and u.arg.slot == -1)
+
+DECOMP_DTYPES = (*dtypes.fp8s, dtypes.bfloat16, dtypes.half, dtypes.long, dtypes.ulong)
+def has_dtype_decomp(sink:UOp) -> bool:
+  """pm_dtype_decomps collects a node of these dtypes (its SINK rule changes nothing without one), pm_commit_weak a node with a weak src"""
+  if not QUICK_PASSES: return True
+  return _any(sink, lambda u: u.dtype in DECOMP_DTYPES or u.dtype in dtypes.weaks)
+
+def has_load_collapse(sink:UOp) -> bool:
+  """pm_load_collapse matches a REDUCE (ADD, 0) of two srcs or a CMPLT of an ADD with a weakint src"""
+  if not QUICK_PASSES: return True
+  return _any(sink, lambda u: (u.op is Ops.REDUCE and u.arg == (Ops.ADD, 0) and len(u.src) == 2) or
+              (u.op is Ops.CMPLT and u.src[0].op is Ops.ADD and any(s.dtype in (dtypes.weakint,) for s in u.src[0].src)))
