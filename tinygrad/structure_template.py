@@ -18,6 +18,19 @@ TEMPLATE_CHECK = ContextVar("TEMPLATE_CHECK", 0)
 # where a UOp a vmap scope's template built keeps (that template, the scope's leaves): a realize of it needs no walk of its graph
 # (engine/callify_cache.py, realize_from_batch)
 BUILT_FROM = "_built_from"
+# where a result of a gradient template's build keeps (that template, the leaves it was built on, its place among the results): the graph
+# under it is the template's on those leaves, so what a walk of it finds was found before (batching.py's scope walk, vmap's constants)
+TEMPLATE_BUILT = "_template_built"
+
+def built_by(u:UOp) -> tuple[Template, tuple[UOp, ...], int]|None: return u.__dict__.get(TEMPLATE_BUILT)
+
+_reads_op: dict[tuple[int, Ops], tuple[Template, bool]] = {}
+def template_has(t:Template, op:Ops) -> bool:
+  """whether t's results hold a node of `op` (its leaves, a BUFFER or a RANGE, hold none but themselves), kept per template"""
+  if (ret:=_reads_op.get(k:=(id(t), op))) is None or ret[0] is not t:
+    if len(_reads_op) > 4096: _reads_op.clear()
+    _reads_op[k] = ret = (t, any(u.op is op for b in t.built if b is not None for u in b.toposort()))
+  return ret[1]
 
 @dataclass
 class Structure:

@@ -227,6 +227,10 @@ _WRITTEN_BY = (Ops.STORE, Ops.AFTER, Ops.COPY, Ops.CONTIGUOUS, Ops.MSELECT, Ops.
 def _filled_consts(roots:list[UOp]) -> dict[UOp, UOp]|None:
   """what _filled_consts_as_values makes of each node of the roots' graph (fn's outputs together: one toposort, not one an output), or
   None where a constant is written somewhere in it, which each output then decides alone"""
+  if not LINE_012:   # results of one gradient template whose graph has no AFTER (its leaves, buffers and RANGEs, have none): none filled
+    from tinygrad.structure_template import built_by, template_has
+    if (b:=built_by(roots[0])) is not None and all((c:=built_by(r)) is not None and c[0] is b[0] and c[1] is b[1] for r in roots) \
+       and not template_has(b[0], Ops.AFTER): return {}
   topo = (roots[0] if len(roots) == 1 else UOp.sink(*roots)).toposort()
   if not (filled:=[u for u in topo if _is_filled_const(u)]): return {}
   consumers: dict[UOp, list[UOp]] = {}
