@@ -234,3 +234,28 @@ class TestKeptWalk(unittest.TestCase):
     try: list(self.run_calls(fn, 3))
     finally: V._filled_consts = orig
     self.assertEqual(got[-1], ({}, [True]*3))   # from the second call on (the first too where an earlier test kept the template)
+
+class TestClosedBuild(unittest.TestCase):
+  def test_in_no_range_as_the_walk_finds(self):
+    # a batch built from a scope template is in no RANGE (realize's open-scope check) where its leaves and the template are in none: the
+    # inner scope's batch reads the outer scope's RANGE (not closed), the outer one's doesn't
+    got = []
+    def closed(t, leaves, seen):
+      got.append((ret:=orig(t, leaves, seen), not any(batching._scoped(b, None, {}) for b in [t.rebuild(dict(zip(t.placeholders, leaves)))])))
+      return ret
+    orig, batching._closed_build = batching._closed_build, closed
+    from tinygrad.helpers import Context
+    f = vmap(lambda p, B: vmap(lambda q: ((p - q) ** 2).sum().sqrt())(B), in_axes=(0, None))
+    try:
+      for i in range(4):
+        A, B = rand(5, 3, seed=i), rand(4, 3, seed=10+i)
+        with Context(TEMPLATE_CHECK=int(i == 3)): out = f(Tensor(A), Tensor(B)).numpy()
+        np.testing.assert_allclose(out, np.array([[np.sqrt(((a - b) ** 2).sum()) for b in B] for a in A]), rtol=1e-5)
+        # an inner scope's batch, one example of the outer scope, realized: the realize leaves it lazy
+        g = vmap(lambda p, B: vmap(lambda q: (p * q).sum())(B).realize() * 2, in_axes=(0, None))
+        np.testing.assert_allclose(g(Tensor(A), Tensor(B)).numpy(), 2 * A @ B.T, rtol=1e-5)
+    finally: batching._closed_build = orig
+    self.assertTrue(got)
+    self.assertEqual([g for g,_ in got], [w for _,w in got])
+    self.assertIn(True, [g for g,_ in got])
+    self.assertIn(False, [g for g,_ in got])
