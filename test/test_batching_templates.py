@@ -179,16 +179,18 @@ class TestKeptWalk(unittest.TestCase):
   def run_calls(self, fn, n:int, check_from:int=99):
     from tinygrad.helpers import Context
     w = [Tensor(rand(4, 6, seed=1)).realize(), Tensor(rand(6, seed=2)).realize(), Tensor(rand(6, seed=3)).realize()]
-    walks, kept = [], []
+    walks, kept, batched = [], [], []
     for i in range(n):
       X, Y = rand(7, 4, seed=10+i), rand(7, seed=20+i)
-      with Context(TEMPLATE_CHECK=int(i >= check_from)), CountCalls("_walk_scope") as walk, CountCalls("_follow") as follow:
+      with Context(TEMPLATE_CHECK=int(i >= check_from)), CountCalls("_walk_scope") as walk, CountCalls("_follow") as follow, \
+           CountBatchings() as rules:
         out = fn(*w, Tensor(X).realize(), Tensor(Y).realize())
         Tensor.realize(*out)
       walks.append(walk.n)
       kept.append(follow.n > 0)
+      batched.append(rules.n)
       yield out, [t.numpy() for t in w], X, Y
-    self.walks, self.kept = walks, kept
+    self.walks, self.kept, self.batched = walks, kept, batched
 
   def test_gradients_take_the_kept_walk(self):
     fn = vmap(self.grads, in_axes=(None, None, None, 0, 0))
@@ -212,6 +214,25 @@ class TestKeptWalk(unittest.TestCase):
       np.testing.assert_allclose(l.numpy(), (np.maximum(X @ w1 + b1, 0) @ w2 - Y) ** 2, rtol=1e-4, atol=1e-5)
     self.assertEqual(self.kept[2:], [True]*2)
     self.assertEqual(self.walks[2], 4)   # the first output took the kept walk, the loss walks it and itself, then the rest as before
+
+  def test_no_kept_walk_after_a_long_one(self):
+    # an output walked the long way leaves its nodes in the walk's index: the outputs after it walk too (a replay of the kept ones only
+    # would lose them), so the loss after them finds what the walk of all three finds
+    def grads_and_loss(w1, b1, w2, x, y):
+      loss = ((x @ w1 + b1).relu() @ w2 - y) ** 2
+      g1, g2, _ = loss.gradient(w1, b1, w2)
+      return g1, g2, loss * 1.0
+    fn = vmap(grads_and_loss, in_axes=(None, None, None, 0, 0))
+    calls = self.run_calls(fn, 4, check_from=3)
+    for i, ((g1, g2, l), (w1, b1, w2), X, Y) in enumerate(calls):
+      want = np_mlp_per_example_grads(w1, b1, w2, X, Y)
+      np.testing.assert_allclose(g1.numpy(), want[0], rtol=1e-4, atol=1e-5)
+      np.testing.assert_allclose(g2.numpy(), want[1], rtol=1e-4, atol=1e-5)
+      np.testing.assert_allclose(l.numpy(), (np.maximum(X @ w1 + b1, 0) @ w2 - Y) ** 2, rtol=1e-4, atol=1e-5)
+      if i == 1:   # the first output's kept walk goes: the next call walks it the long way, then the second output
+        for k in [k for k in batching._walks if len(k[1]) == 1]: del batching._walks[k]
+    self.assertEqual(self.kept[3], True)
+    self.assertEqual(self.batched[1:3], [0, 0])   # every output's batch from its template: each walk found the key the second call's did
 
   def test_filled_consts_of_template_results(self):
     # vmap's filled constants of a gradient template's results, none where the template holds no AFTER: what the toposort finds

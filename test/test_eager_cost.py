@@ -247,7 +247,8 @@ class TestFrontEndShortcuts(unittest.TestCase):
 
   def test_tensor_of_a_uop(self):
     a = rand(3, 4)
-    cases = {"buffer": a.uop, "op": (a + 1).uop, "const": UOp.const(2.0, dtypes.float32), "lowercase device": UOp.new_buffer("cpu", 4, dtypes.float32)}
+    cases = {"buffer": a.uop, "op": (a + 1).uop, "const": UOp.const(2.0, dtypes.float32),
+             "lowercase device": UOp.new_buffer("cpu", 4, dtypes.float32)}
     for name, u in cases.items():
       with self.subTest(name):
         t = Tensor(u)

@@ -113,7 +113,7 @@ class ScopeOutputs(Structure):
   scoped: dict[UOp, bool] = field(default_factory=dict)   # per node looked at, whether it is in the scope (_scoped)
   walkable: bool = True   # False after a walk gave up: the outputs after it take the rules
   # the outputs walked so far that one gradient template built on the same leaves: (their place among its results, varg), the leaves,
-  # and those whose walk was the one kept (_walk), whose nodes `index` lacks; seq None once an output that template didn't build is walked
+  # and those whose walk was the kept one (_walk), whose nodes `index` lacks; seq None once an output that template didn't build is walked
   seq: tuple|None = ()
   built: tuple[UOp, ...]|None = None
   short: list[tuple[UOp, tuple[UOp, ...]]] = field(default_factory=list)
@@ -250,7 +250,8 @@ def _walk(y:UOp, varg:tuple[UOp, ...], outs:ScopeOutputs) -> bool:
   """_walk_scope, or what it found before for y's graph (_step's key): its key's entries, and its leaves by their paths from y"""
   if not outs.walkable: return False
   step = _step(y, varg, outs)
-  if step is not None and (kept:=_walks.get(step[0])) is not None and kept[0] is step[1]:
+  # kept only while every output before took it too: an output walked the long way left its nodes in `index`, which a replay would lose
+  if step is not None and len(outs.short) == len(outs.seq) and (kept:=_walks.get(step[0])) is not None and kept[0] is step[1]:
     outs.key.extend(kept[1])
     outs.leaves.extend([_follow(y, p) for p in kept[2]])
     outs.seq, outs.built = step[0][1], step[2]
