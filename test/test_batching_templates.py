@@ -153,3 +153,130 @@ class TestFirstDevice(unittest.TestCase):
 
 if __name__ == "__main__":
   unittest.main()
+
+from fork_topics import skip_unless
+from vmap_oracle import np_mlp_per_example_grads
+
+class CountCalls:
+  """counts the calls of batching.<name> while in the with block"""
+  def __init__(self, name:str): self.name = name
+  def __enter__(self):
+    self.n, self.orig = 0, getattr(batching, self.name)
+    def counted(*args):
+      self.n += 1
+      return self.orig(*args)
+    setattr(batching, self.name, counted)
+    return self
+  def __exit__(self, *exc): setattr(batching, self.name, self.orig)
+
+@skip_unless('gradient-cache')
+class TestKeptWalk(unittest.TestCase):
+  """a vmap scope whose outputs a gradient template built (TEMPLATE_BUILT) on the same leaves takes what _walk_scope found for that
+  template's results before: the same key and leaves, which TEMPLATE_CHECK=1 compares with the walk's"""
+  @staticmethod
+  def grads(w1, b1, w2, x, y): return tuple((((x @ w1 + b1).relu() @ w2 - y) ** 2).gradient(w1, b1, w2))
+
+  def run_calls(self, fn, n:int, check_from:int=99):
+    from tinygrad.helpers import Context
+    w = [Tensor(rand(4, 6, seed=1)).realize(), Tensor(rand(6, seed=2)).realize(), Tensor(rand(6, seed=3)).realize()]
+    walks, kept, batched = [], [], []
+    for i in range(n):
+      X, Y = rand(7, 4, seed=10+i), rand(7, seed=20+i)
+      with Context(TEMPLATE_CHECK=int(i >= check_from)), CountCalls("_walk_scope") as walk, CountCalls("_follow") as follow, \
+           CountBatchings() as rules:
+        out = fn(*w, Tensor(X).realize(), Tensor(Y).realize())
+        Tensor.realize(*out)
+      walks.append(walk.n)
+      kept.append(follow.n > 0)
+      batched.append(rules.n)
+      yield out, [t.numpy() for t in w], X, Y
+    self.walks, self.kept, self.batched = walks, kept, batched
+
+  def test_gradients_take_the_kept_walk(self):
+    fn = vmap(self.grads, in_axes=(None, None, None, 0, 0))
+    for out, w, X, Y in self.run_calls(fn, 5, check_from=4):
+      for g, want in zip(out, np_mlp_per_example_grads(*w, X, Y)): np.testing.assert_allclose(g.numpy(), want, rtol=1e-4, atol=1e-5)
+    # the first call takes the rules, the second the gradient template (and walks, keeping what it finds), the third on the kept walk
+    self.assertEqual(self.walks[2:4], [0, 0])
+    self.assertEqual(self.kept[2:], [True]*3)
+    self.assertEqual(self.walks[4], 1+2+3)   # TEMPLATE_CHECK: at each output, the walk of the outputs so far, compared
+
+  def test_an_output_no_template_built_walks_them_all(self):
+    # the loss is no gradient template's result: its walk needs the nodes of the outputs before it, which are walked then
+    def grads_and_loss(w1, b1, w2, x, y):
+      loss = ((x @ w1 + b1).relu() @ w2 - y) ** 2
+      g1, g2, g3 = loss.gradient(w1, b1, w2)
+      return g1, loss * 1.0, g3, g2
+    fn = vmap(grads_and_loss, in_axes=(None, None, None, 0, 0))
+    for (g1, l, g3, g2), (w1, b1, w2), X, Y in self.run_calls(fn, 4, check_from=3):
+      want = np_mlp_per_example_grads(w1, b1, w2, X, Y)
+      for g, wg in zip((g1, g2, g3), want): np.testing.assert_allclose(g.numpy(), wg, rtol=1e-4, atol=1e-5)
+      np.testing.assert_allclose(l.numpy(), (np.maximum(X @ w1 + b1, 0) @ w2 - Y) ** 2, rtol=1e-4, atol=1e-5)
+    self.assertEqual(self.kept[2:], [True]*2)
+    self.assertEqual(self.walks[2], 4)   # the first output took the kept walk, the loss walks it and itself, then the rest as before
+
+  def test_no_kept_walk_after_a_long_one(self):
+    # an output walked the long way leaves its nodes in the walk's index: the outputs after it walk too (a replay of the kept ones only
+    # would lose them), so the loss after them finds what the walk of all three finds
+    def grads_and_loss(w1, b1, w2, x, y):
+      loss = ((x @ w1 + b1).relu() @ w2 - y) ** 2
+      g1, g2, _ = loss.gradient(w1, b1, w2)
+      return g1, g2, loss * 1.0
+    fn = vmap(grads_and_loss, in_axes=(None, None, None, 0, 0))
+    calls = self.run_calls(fn, 4, check_from=3)
+    for i, ((g1, g2, l), (w1, b1, w2), X, Y) in enumerate(calls):
+      want = np_mlp_per_example_grads(w1, b1, w2, X, Y)
+      np.testing.assert_allclose(g1.numpy(), want[0], rtol=1e-4, atol=1e-5)
+      np.testing.assert_allclose(g2.numpy(), want[1], rtol=1e-4, atol=1e-5)
+      np.testing.assert_allclose(l.numpy(), (np.maximum(X @ w1 + b1, 0) @ w2 - Y) ** 2, rtol=1e-4, atol=1e-5)
+      if i == 1:   # the first output's kept walk goes: the next call walks it the long way, then the second output
+        for k in [k for k in batching._walks if len(k[1]) == 1]: del batching._walks[k]
+    self.assertEqual(self.kept[3], True)
+    self.assertEqual(self.batched[1:3], [0, 0])   # every output's batch from its template: each walk found the key the second call's did
+
+  def test_filled_consts_of_template_results(self):
+    # vmap's filled constants of a gradient template's results, none where the template holds no AFTER: what the toposort finds
+    import importlib
+    V = importlib.import_module("tinygrad.vmap")
+    from tinygrad.structure_template import built_by, TEMPLATE_BUILT
+    fn = vmap(self.grads, in_axes=(None, None, None, 0, 0))
+    got = []
+    def filled(roots):
+      got.append((ret:=orig(roots), [built_by(r) is not None for r in roots]))
+      # the long way: the same roots with no mark of the template that built them
+      bare = [r.__dict__.pop(TEMPLATE_BUILT, None) for r in roots]
+      try: want = orig(roots)
+      finally:
+        for r, b in zip(roots, bare):
+          if b is not None: r.__dict__[TEMPLATE_BUILT] = b
+      self.assertEqual(ret, want)
+      return ret
+    orig, V._filled_consts = V._filled_consts, filled
+    try: list(self.run_calls(fn, 3))
+    finally: V._filled_consts = orig
+    self.assertEqual(got[-1], ({}, [True]*3))   # from the second call on (the first too where an earlier test kept the template)
+
+class TestClosedBuild(unittest.TestCase):
+  def test_in_no_range_as_the_walk_finds(self):
+    # a batch built from a scope template is in no RANGE (realize's open-scope check) where its leaves and the template are in none: the
+    # inner scope's batch reads the outer scope's RANGE (not closed), the outer one's doesn't
+    got = []
+    def closed(t, leaves, seen):
+      got.append((ret:=orig(t, leaves, seen), not any(batching._scoped(b, None, {}) for b in [t.rebuild(dict(zip(t.placeholders, leaves)))])))
+      return ret
+    orig, batching._closed_build = batching._closed_build, closed
+    from tinygrad.helpers import Context
+    f = vmap(lambda p, B: vmap(lambda q: ((p - q) ** 2).sum().sqrt())(B), in_axes=(0, None))
+    try:
+      for i in range(4):
+        A, B = rand(5, 3, seed=i), rand(4, 3, seed=10+i)
+        with Context(TEMPLATE_CHECK=int(i == 3)): out = f(Tensor(A), Tensor(B)).numpy()
+        np.testing.assert_allclose(out, np.array([[np.sqrt(((a - b) ** 2).sum()) for b in B] for a in A]), rtol=1e-5)
+        # an inner scope's batch, one example of the outer scope, realized: the realize leaves it lazy
+        g = vmap(lambda p, B: vmap(lambda q: (p * q).sum())(B).realize() * 2, in_axes=(0, None))
+        np.testing.assert_allclose(g(Tensor(A), Tensor(B)).numpy(), 2 * A @ B.T, rtol=1e-5)
+    finally: batching._closed_build = orig
+    self.assertTrue(got)
+    self.assertEqual([g for g,_ in got], [w for _,w in got])
+    self.assertIn(True, [g for g,_ in got])
+    self.assertIn(False, [g for g,_ in got])

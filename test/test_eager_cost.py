@@ -1,6 +1,6 @@
 """What keeps an eager call's graph building cheap without changing the graph: the shortcuts in Tensor._broadcasted, cat, stack and
 UOp._mop must give the very UOps (`is`) the long way gives, and the results must still match numpy (values and gradients)."""
-from fork_topics import skip_module_unless
+from fork_topics import skip_module_unless, skip_unless
 skip_module_unless('eager-cost|eager-shortcuts')   # the 0.12 topic; 0.14's shortcuts
 import functools, unittest
 import numpy as np
@@ -234,6 +234,51 @@ class TestMetadataWrapper(unittest.TestCase):
     from tinygrad.uop.ops import all_metadata
     t = rand(2, 3).cat(rand(1, 3, seed=1))
     self.assertEqual([m.name for m in all_metadata[t.uop]], ["cat"])
+
+@skip_unless('eager-cost-2')
+class TestFrontEndShortcuts(unittest.TestCase):
+  """0.14's eager-cost-2: Tensor(uop) on a canonical device, a binop's operand already of the result's dtype, and the metadata wrapper
+  with no profile to record take shortcuts that must give what the long way gives"""
+  def long_init(self, u:UOp) -> UOp:
+    """Tensor.__init__'s general path for a UOp: canonicalize its device, copy it there where it isn't"""
+    from tinygrad.device import canonicalize_device
+    dev = canonicalize_device(u.device)
+    return u if u.device is None or u.device == dev else u.copy_to_device(dev)
+
+  def test_tensor_of_a_uop(self):
+    a = rand(3, 4)
+    cases = {"buffer": a.uop, "op": (a + 1).uop, "const": UOp.const(2.0, dtypes.float32),
+             "lowercase device": UOp.new_buffer("cpu", 4, dtypes.float32)}
+    for name, u in cases.items():
+      with self.subTest(name):
+        t = Tensor(u)
+        self.assertIs(t.uop, self.long_init(u))
+        self.assertIsNone(t.grad)
+        self.assertTrue(t.is_param)
+    self.assertIsNot(Tensor(cases["lowercase device"]).uop, cases["lowercase device"])   # copied to "CPU", as before
+
+  def test_binops_same_uops_as_the_casts(self):
+    from tinygrad.dtype import least_upper_dtype
+    a, h, i = rand(3, 4), rand(3, 4, dtype=dtypes.half, seed=1), rand(3, 4, seed=2).cast(dtypes.int32)
+    for x, y in [(a, a), (a, h), (h, h), (i, a), (i, i), (h, 2.5), (i, 3), (a > 0, a)]:
+      with self.subTest(x=str(x.dtype), y=str(getattr(y, "dtype", y))):
+        yt = y if isinstance(y, Tensor) else x.ufix(y)
+        out = least_upper_dtype(x.dtype, yt.dtype)
+        want = [t if t.dtype in dtypes.weaks else t.cast(out) for t in (x, yt)]
+        got = x._broadcasted(y)
+        for g, w in zip(got, want):
+          if w.dtype not in dtypes.weaks: self.assertIs(g.uop, w.uop)
+        self.assertEqual((x * y).dtype, got[0].dtype)
+
+  def test_profile_events_only_with_profile(self):
+    from tinygrad.helpers import Context, cpu_events
+    a = rand(3)
+    n = len(cpu_events)
+    _ = a + 1
+    self.assertEqual(len(cpu_events), n)
+    with Context(PROFILE=1): _ = a * 2
+    try: self.assertEqual([e.name.display_name for e in cpu_events[n:] if getattr(e, "device", None) == "USER"], ["__mul__"])
+    finally: del cpu_events[n:]
 
 if __name__ == "__main__":
   unittest.main()

@@ -12,7 +12,7 @@ from tinygrad.uop import Ops, GroupOp
 from tinygrad.uop.ops import UOp, ParamArg
 from tinygrad.helpers import getenv
 from tinygrad.transform_state import first_device
-from tinygrad.structure_template import Structure, Template, KeptTemplates, TEMPLATE_CHECK, anonymous, check_hit, make_template
+from tinygrad.structure_template import Structure, Template, KeptTemplates, TEMPLATE_CHECK, TEMPLATE_BUILT, anonymous, check_hit, make_template
 
 # the ops a kept graph may hold besides its leaves, a buffer or a RANGE, which the key names by their place in the walk, not their number
 _PLAIN_OPS = GroupOp.ALU | GroupOp.Movement | {Ops.CAST, Ops.CONST, Ops.STACK, Ops.REDUCE, Ops.CONTIGUOUS, Ops.DETACH,
@@ -59,5 +59,9 @@ def _rebuild(t:Template, leaves:list[UOp], targets:list[UOp]) -> dict[UOp, UOp]:
   # each gradient's device found down to its first node that has one: Tensor.gradient wraps each in a Tensor, which asks it, and the
   # recursive property would compute it for every node the build made
   grads = {tg:g for tg,g in zip(targets, t.build(dict(zip(t.placeholders, leaves)))) if g is not None}
-  for g in grads.values(): first_device(g)
+  built = tuple(leaves)
+  for i,g in enumerate(t.built):
+    if g is None: continue
+    first_device(g:=grads[targets[i]])
+    if g not in built: g.__dict__[TEMPLATE_BUILT] = (t, built, i)   # true of g for good: UOps don't change (a leaf would hold itself)
   return grads

@@ -18,6 +18,19 @@ TEMPLATE_CHECK = ContextVar("TEMPLATE_CHECK", 0)
 # where a UOp a vmap scope's template built keeps (that template, the scope's leaves): a realize of it needs no walk of its graph
 # (engine/callify_cache.py, realize_from_batch)
 BUILT_FROM = "_built_from"
+# where a result of a gradient template's build keeps (that template, the leaves it was built on, its place among the results): the graph
+# under it is the template's on those leaves, so what a walk of it finds was found before (batching.py's scope walk, vmap's constants)
+TEMPLATE_BUILT = "_template_built"
+
+def built_by(u:UOp) -> tuple[Template, tuple[UOp, ...], int]|None: return u.__dict__.get(TEMPLATE_BUILT)
+
+_reads_op: dict[tuple[int, Ops], tuple[Template, bool]] = {}
+def template_has(t:Template, op:Ops) -> bool:
+  """whether t's results hold a node of `op` (its leaves, a BUFFER or a RANGE, hold none but themselves), kept per template"""
+  if (ret:=_reads_op.get(k:=(id(t), op))) is None or ret[0] is not t:
+    if len(_reads_op) > 4096: _reads_op.clear()
+    _reads_op[k] = ret = (t, any(u.op is op for b in t.built if b is not None for u in b.toposort()))
+  return ret[1]
 
 @dataclass
 class Structure:
@@ -54,9 +67,13 @@ class Structure:
       index[u] = len(index)
     return True
 
+_ANONYMOUS = "_anonymous"
 def anonymous(u:UOp) -> tuple:
-  """a BUFFER or RANGE leaf without its identity (a buffer's slot, a RANGE's id): what a key holds of it"""
-  return (u.op, u.dtype, u.arg[1:] if u.op is Ops.RANGE else replace(u.arg, slot=0), u.tag)
+  """a BUFFER or RANGE leaf without its identity (a buffer's slot, a RANGE's id): what a key holds of it, kept as the leaf's (an eager
+  call's weights are the same leaves every call: dataclasses.replace costs ~3 us)"""
+  if (ret:=u.__dict__.get(_ANONYMOUS)) is None:
+    ret = u.__dict__[_ANONYMOUS] = (u.op, u.dtype, u.arg[1:] if u.op is Ops.RANGE else replace(u.arg, slot=0), u.tag)
+  return ret
 
 _SHAPE_KEPT = UOp.__dict__["_shape"].nm   # where recursive_property keeps a node's shape
 

@@ -197,7 +197,10 @@ def _batch_devices(mapped:list[tuple[str, int, Tensor]]) -> tuple[str, ...]|None
 
 def _process_batched_inputs(args:tuple, kwargs:dict[str, Any], in_axes, axis_size:int|None, names:list[str]) -> _BatchedInputs:
   """in_axes over the arguments: the batch axis of every leaf, checked against its rank, and the batch size and devices they agree on"""
-  args, kwargs = _arrays_to_tensors(args), {k: _arrays_to_tensors(v) for k,v in kwargs.items()}
+  # Tensors as the arguments, each with an int or None of in_axes: what the tree_maps below give, a leaf each (~3 us a tree_map)
+  flat = not kwargs and all(type(a) is Tensor for a in args) and \
+    all(a is None or type(a) is int for a in (in_axes if isinstance(in_axes, (tuple, list)) and len(in_axes) == len(args) else (in_axes,)))
+  if not flat: args, kwargs = _arrays_to_tensors(args), {k: _arrays_to_tensors(v) for k,v in kwargs.items()}
   if isinstance(in_axes, (tuple, list)) and len(in_axes) != len(args):
     raise ValueError(f"vmap in_axes must be an int, None, or a tuple of entries corresponding to the positional arguments passed to the "
                      f"function, but got len(in_axes)={len(in_axes)}, len(args)={len(args)}")
@@ -209,8 +212,9 @@ def _process_batched_inputs(args:tuple, kwargs:dict[str, Any], in_axes, axis_siz
                        f"{axis+1 if axis >= 0 else -axis}, but is only {x.ndim} (its shape is {x.shape})")
     mapped.append((path, axis % x.ndim, x))
     return axis % x.ndim
-  arg_axes = [tree_map(batch_axis, a, in_axes[i] if isinstance(in_axes, (tuple, list)) else in_axes, names[i], "vmap in_axes")
-              for i,a in enumerate(args)]
+  if flat: arg_axes = [batch_axis(a, in_axes[i] if isinstance(in_axes, (tuple, list)) else in_axes, names[i]) for i,a in enumerate(args)]
+  else: arg_axes = [tree_map(batch_axis, a, in_axes[i] if isinstance(in_axes, (tuple, list)) else in_axes, names[i], "vmap in_axes")
+                    for i,a in enumerate(args)]
   kwarg_axes = {k: tree_map(batch_axis, v, 0, f"argument {k}", "vmap in_axes") for k,v in kwargs.items()}
   devices = _batch_devices(mapped)
   device = devices or next((x.device for _,_,x in mapped if x.device is not None), None) or \
@@ -227,6 +231,10 @@ _WRITTEN_BY = (Ops.STORE, Ops.AFTER, Ops.COPY, Ops.CONTIGUOUS, Ops.MSELECT, Ops.
 def _filled_consts(roots:list[UOp]) -> dict[UOp, UOp]|None:
   """what _filled_consts_as_values makes of each node of the roots' graph (fn's outputs together: one toposort, not one an output), or
   None where a constant is written somewhere in it, which each output then decides alone"""
+  if not LINE_012:   # results of one gradient template whose graph has no AFTER (its leaves, buffers and RANGEs, have none): none filled
+    from tinygrad.structure_template import built_by, template_has
+    if (b:=built_by(roots[0])) is not None and all((c:=built_by(r)) is not None and c[0] is b[0] and c[1] is b[1] for r in roots) \
+       and not template_has(b[0], Ops.AFTER): return {}
   topo = (roots[0] if len(roots) == 1 else UOp.sink(*roots)).toposort()
   if not (filled:=[u for u in topo if _is_filled_const(u)]): return {}
   consumers: dict[UOp, list[UOp]] = {}
