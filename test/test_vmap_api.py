@@ -339,7 +339,10 @@ class TestJitCallCost(VmapTestCase):
     jf = TinyJit(vmap(lambda a: (a*W).sum() + a.max()))
     for _ in range(3): jf(Tensor(a).realize())
     steps = [s for s in jf.captured._plan if hasattr(s, "fast")]
-    self.assertTrue(steps and all(s.fast is not None for s in steps))
+    self.assertTrue(steps, f"no kernel step in the plan: {jf.captured._plan}")
+    for s in steps:
+      self.assertIsNotNone(s.fast, f"{s.device} dims={s.dims} vals={s.vals} ops={s.ops!r} mem={s.mem!r} runtime={type(s.runtime).__name__} "
+                                   f"bufs={[b if isinstance(b, int) else (b.device, b.is_allocated()) for b in s.bufs]}")
     # W's memory freed and allocated again elsewhere: that launch takes run_linear's path
     buf = W.uop.buffer
     buf.deallocate()

@@ -79,14 +79,17 @@ def replay(plan:list[KernelStep|UOp], linear:UOp, var_vals:dict[str, int], input
 class CPULaunch:
   """a CPU kernel's launch with its ctypes arguments made once: a replay sets its inputs' addresses and calls the function, where
   CPUProgram.__call__ packs every argument again (~3 us a kernel). Only for a kernel with no Variables, launched from Python (not LVP)."""
-  def __init__(self, step:KernelStep, fxn, fixed:list[tuple[Buffer, Any]], slots:list[tuple[int, int]], nargs:list, core:int|None, n:int):
+  def __init__(self, step:KernelStep, fxn, fixed:list[tuple[Buffer, Any]], slots:list[tuple[int, int]], nargs:list, core:int|None, n:int,
+               ops:int, mem:int):
     self.fxn, self.fixed, self.slots, self.args, self.core, self.n = fxn, fixed, slots, nargs, core, n
-    self.device, self.ops, self.mem = step.device, int(step.ops), int(step.mem)
+    self.device, self.ops, self.mem = step.device, ops, mem
 
   @staticmethod
   def make(step:KernelStep) -> CPULaunch|None:
-    if not step.device.startswith("CPU") or step.dims is None or step.vals is None or not isinstance(step.ops, int) or \
-       not isinstance(step.mem, int): return None
+    if not step.device.startswith("CPU") or step.dims is None or step.vals is None: return None
+    # a kernel with no Variables: its estimates are numbers (a UOp only where the PROGRAM's estimates weren't folded)
+    try: ops, mem = int(sym_infer(step.ops, {})), int(sym_infer(step.mem, {}))
+    except Exception: return None
     from tinygrad.runtime.ops_cpu import CPUProgram, MAX_ARGS
     if (rt:=step.runtime).__class__ is not CPUProgram or rt.lvp or len(step.bufs) + len(step.vals) > MAX_ARGS: return None
     if not all(isinstance(v, int) for v in step.vals) or not all(isinstance(d, int) for d in step.dims[0]): return None
@@ -98,7 +101,7 @@ class CPULaunch:
         fixed.append((b, hb:=b._bufs[step.device]))
         args.append(ctypes.c_uint64(hb.va_addr))
     args += [ctypes.c_uint64(v) for v in step.vals]
-    return CPULaunch(step, rt.fxn, fixed, slots, args, rt.runtimevars.get('core_id'), step.dims[0][0])
+    return CPULaunch(step, rt.fxn, fixed, slots, args, rt.runtimevars.get('core_id'), step.dims[0][0], ops, mem)
 
   # a kept Buffer freed (and allocated again) since the plan was made: run_linear's path for this launch
   def valid(self) -> bool:
