@@ -2,7 +2,7 @@
 Every result is compared with a numpy loop over examples on random float64 data."""
 import unittest, unittest.mock
 import numpy as np
-from tinygrad import Tensor, TinyJit, GlobalCounters, vmap, dtypes
+from tinygrad import Tensor, TinyJit, GlobalCounters, vmap, dtypes, Device
 from tinygrad.uop.ops import UOp, AxisType
 from tinygrad.fork_line import LINE_012
 from tinygrad.helpers import Context
@@ -332,6 +332,7 @@ class TestJitCallCost(VmapTestCase):
     for i in (2, 3, 2, 3, 3): self.assert_close(jf(views[i])[:, :i].numpy(), a[:, :i]+1)
     self.assertEqual(jf.input_cache.hits, 1)   # the last call: the view of the call before, bound to the same value
 
+  @unittest.skipUnless(Device.DEFAULT == "CPU", "CPULaunch is the CPU's (make test's emulator rerun and test-cl run this file on PYTHON, CL)")
   def test_cpu_kernels_launch_from_kept_args(self):
     from tinygrad.device import Buffer
     w, a = rand(3), rand(5, 3)
