@@ -355,16 +355,14 @@ def check_vmapout(y:UOp, varg) -> tuple[UOp, ...]:
     raise ValueError(f"vmapout varg needs {len(y.shape)} UOp.const(dtypes.weakint, 0) entries for inner shape {y.shape}, got {n}")
   return varg
 
-_closed: dict[int, tuple[Template, bool]] = {}
 def _closed_build(t:Template, leaves:list[UOp], seen:dict[UOp, bool]) -> bool:
   """whether a scope template's build on `leaves` (BUILT_FROM) is in no RANGE: none of the leaves it read is, and the template, its
-  placeholders in none, is in none (kept per template). Its graph isn't walked (bench W6's realize: 0.04 ms)"""
+  placeholders in none, is in none (kept with the template). Its graph isn't walked (bench W6's realize: 0.04 ms)"""
   if any(_scoped(l, None, seen) for l in leaves[:len(t.placeholders)]): return False
-  if (ret:=_closed.get(id(t))) is None or ret[0] is not t:
-    if len(_closed) > 4096: _closed.clear()
+  if "closed" not in t.memo:
     memo = dict.fromkeys(t.placeholders, False)
-    _closed[id(t)] = ret = (t, not any(_scoped(b, None, memo) for b in t.built if b is not None))
-  return ret[1]
+    t.memo["closed"] = not any(_scoped(b, None, memo) for b in t.built if b is not None)
+  return t.memo["closed"]
 
 def open_vmap_ranges(u:UOp, seen:dict[UOp, bool]|None=None) -> list[UOp]:
   """the RANGEs of the vmap scopes u is inside: a value there is one example, not a batch"""

@@ -24,13 +24,10 @@ TEMPLATE_BUILT = "_template_built"
 
 def built_by(u:UOp) -> tuple[Template, tuple[UOp, ...], int]|None: return u.__dict__.get(TEMPLATE_BUILT)
 
-_reads_op: dict[tuple[int, Ops], tuple[Template, bool]] = {}
 def template_has(t:Template, op:Ops) -> bool:
-  """whether t's results hold a node of `op` (its leaves, a BUFFER or a RANGE, hold none but themselves), kept per template"""
-  if (ret:=_reads_op.get(k:=(id(t), op))) is None or ret[0] is not t:
-    if len(_reads_op) > 4096: _reads_op.clear()
-    _reads_op[k] = ret = (t, any(u.op is op for b in t.built if b is not None for u in b.toposort()))
-  return ret[1]
+  """whether t's results hold a node of `op` (its leaves, a BUFFER or a RANGE, hold none but themselves), kept with the template"""
+  if (k:=("has", op)) not in t.memo: t.memo[k] = any(u.op is op for b in t.built if b is not None for u in b.toposort())
+  return t.memo[k]
 
 @dataclass
 class Structure:
@@ -103,6 +100,7 @@ class Template:
   order: tuple[UOp, ...]          # the nodes of built that read a placeholder, srcs first: what a hit builds anew
   metadata: tuple[tuple, ...]|None = None   # per node of order, what all_metadata held for the long way's node (gradients' backward ops)
   shapes: tuple = ()              # per node of order, its shape where it is concrete (keys hold their leaves' shapes), else None
+  memo: dict = field(default_factory=dict, compare=False, repr=False)   # facts derived from it, computed once (template_has, ...)
 
   def build(self, memo:dict[UOp, UOp]) -> list[UOp|None]:
     """built on the leaves memo maps the placeholders to (memo may hold the nodes a scope's outputs built before). Each new node keeps

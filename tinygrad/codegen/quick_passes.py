@@ -45,4 +45,4 @@ def has_load_collapse(sink:UOp) -> bool:
   """pm_load_collapse matches a REDUCE (ADD, 0) of two srcs or a CMPLT of an ADD with a weakint src"""
   if not QUICK_PASSES: return True
   return _any(sink, lambda u: (u.op is Ops.REDUCE and u.arg == (Ops.ADD, 0) and len(u.src) == 2) or
-              (u.op is Ops.CMPLT and u.src[0].op is Ops.ADD and any(s.dtype in (dtypes.weakint,) for s in u.src[0].src)))
+              (u.op is Ops.CMPLT and u.src[0].op is Ops.ADD and any(s.dtype == dtypes.weakint for s in u.src[0].src)))

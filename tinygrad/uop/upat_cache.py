@@ -47,8 +47,8 @@ def pattern_key(p:UPat, has_ctx:bool) -> tuple[str, list, dict]|None:
   def lit(v) -> str:
     if (c:=cls.get(v)) is None: cls[v] = c = len(reps); reps.append(v)
     return f"#{c}"
-  def walk(p:UPat, depth:int) -> str:
-    if p.is_any: return "any(" + ",".join(walk(s, depth) for s in p.src[0]) + ")"
+  def walk(p:UPat) -> str:
+    if p.is_any: return "any(" + ",".join(walk(s) for s in p.src[0]) + ")"
     f = []
     if p.op is not None: f.append(f"op in {lit(tuple(int(x) for x in p.op))}" if len(p.op) > 1 else f"op={p.op[0].value}")
     if p.arg is not None: f.append(f"arg={int(p.arg)}" if isinstance(p.arg, int) else f"arg=={lit(p.arg)}")
@@ -58,13 +58,13 @@ def pattern_key(p:UPat, has_ctx:bool) -> tuple[str, list, dict]|None:
       f.append(f"dtype in {lit(tuple(p.match_dtype))}" if len(p.match_dtype) > 1 else f"dtype=={lit(p.match_dtype[0])}")
     if p.match_tag is not None: f.append(f"tag in {lit(tuple(p.match_tag))}" if len(p.match_tag) > 1 else f"tag=={lit(p.match_tag[0])}")
     if p.src is not None:
-      if len(p.src) == 1 and isinstance(p.src[0], tuple): f.append("src(" + ",".join(walk(s, depth) for s in p.src[0]) + ")")
-      elif len(p.src) == 1 and isinstance(p.src[0], itertools.repeat): f.append("rep(" + walk(next(p.src[0]), depth+1) + ")")
+      if len(p.src) == 1 and isinstance(p.src[0], tuple): f.append("src(" + ",".join(walk(s) for s in p.src[0]) + ")")
+      elif len(p.src) == 1 and isinstance(p.src[0], itertools.repeat): f.append("rep(" + walk(next(p.src[0])) + ")")
       elif len(p.src) > 1 and all(isinstance(x, tuple) for x in p.src):
-        f.append("fork(" + "|".join(",".join(walk(s, depth) for s in ss) for ss in p.src) + ")")
+        f.append("fork(" + "|".join(",".join(walk(s) for s in ss) for ss in p.src) + ")")
       else: raise ValueError("a src _get_clause can't build")
     return "(" + ";".join(f) + ")"
-  try: structure = walk(p, 0)
+  try: structure = walk(p)
   except (ValueError, TypeError): return None   # TypeError: an unhashable literal, which a PYLITERAL can't be either
   return hashlib.sha256(repr((structure, has_ctx)).encode()).hexdigest(), reps, cls
 
