@@ -207,7 +207,7 @@ class TestApi(JvpTestCase):
     _, dout = jvp(lambda p: p["x"].sin() + p["y"] * 3, ({"x": T(x), "y": T(y)},), ({"y": T(ty), "x": T(tx)},))
     self.assert_close(dout.numpy(), np.cos(x) * tx + 3 * ty)
   def test_pytree_structure_mismatch(self):
-    with self.assertRaisesRegex(ValueError, "jvp primal 0 and its tangent have different structures"):
+    with self.assertRaisesRegex(TypeError, "jvp primal 0 and its tangent have different structures"):
       jvp(lambda p: p["x"], ({"x": T(rand(3))},), ((T(rand(3)),),))
   def test_pytree_output(self):
     x, tx = rand(3), rand(3)
@@ -295,19 +295,32 @@ class TestClosedOver(JvpTestCase):
 
 class TestErrors(VmapTestCase):
   def test_wrong_count(self):
-    with self.assertRaisesRegex(ValueError, "2 primals but 1 tangents"): jvp(lambda x, y: x*y, (Tensor([1.0]), Tensor([2.0])), (Tensor([1.0]),))
+    # a TypeError, as JAX's (primals and tangents of different tree structures)
+    with self.assertRaisesRegex(TypeError, "2 primals but 1 tangents"): jvp(lambda x, y: x*y, (Tensor([1.0]), Tensor([2.0])), (Tensor([1.0]),))
+  def test_more_tangents_than_primals(self):
+    # the extra tangent was dropped and the call went on
+    with self.assertRaisesRegex(TypeError, "1 primals but 2 tangents"): jvp(lambda x: x*2, (Tensor([1.0]),), (Tensor([1.0]), Tensor([2.0])))
+  def test_tuple_tangent_for_list_primal(self):
+    # as JAX's treedefs: a list isn't a tuple
+    with self.assertRaisesRegex(TypeError, "different structures"): jvp(lambda p: p[0]*p[1], ([T(rand(2)), T(rand(2))],), ((T(rand(2)), T(rand(2))),))
   def test_shape_mismatch(self):
     with self.assertRaisesRegex(ValueError, r"tangent 0 has shape \(2,\), but its primal has shape \(3,\)"):
       jvp(lambda x: x*2, (Tensor([1.0, 2.0, 3.0]),), (Tensor([1.0, 2.0]),))
   def test_dtype_mismatch(self):
-    with self.assertRaisesRegex(ValueError, "tangent 0 has dtype dtypes.float"):
+    with self.assertRaisesRegex(TypeError, "tangent 0 has dtype dtypes.float"):
       jvp(lambda x: x*2, (Tensor([1.0], dtype=dtypes.float64),), (Tensor([1.0], dtype=dtypes.float32),))
   def test_int_primal(self):
-    with self.assertRaisesRegex(ValueError, "only floating point primals have tangents"): jvp(lambda x: x*2, (Tensor([1]),), (Tensor([1]),))
+    with self.assertRaisesRegex(TypeError, "only floating point primals have tangents"): jvp(lambda x: x*2, (Tensor([1]),), (Tensor([1]),))
   def test_not_tuples(self):
     with self.assertRaisesRegex(TypeError, "must be tuples or lists"): jvp(lambda x: x, Tensor([1.0]), Tensor([1.0]))
   def test_non_tensor_output(self):
-    with self.assertRaisesRegex(TypeError, "must return a Tensor"): jvp(lambda x: (x, 3), (Tensor([1.0]),), (Tensor([1.0]),))
+    with self.assertRaisesRegex(TypeError, "must return a Tensor"): jvp(lambda x: (x, "a"), (Tensor([1.0]),), (Tensor([1.0]),))
+  def test_number_output_is_a_constant(self):
+    # as in JAX: a Python number or numpy value fn returns is an array, its tangent zero
+    (y, c, a), (dy, dc, da) = jvp(lambda x: (x*2, 3.5, np.ones(2)), (Tensor([1.0]),), (Tensor([0.5]),))
+    self.assert_close(y.numpy(), np.array([2.0])); self.assert_close(dy.numpy(), np.array([1.0]))
+    self.assert_close(c.numpy(), np.array(3.5)); self.assert_close(dc.numpy(), np.array(0.0))
+    self.assert_close(a.numpy(), np.ones(2)); self.assert_close(da.numpy(), np.zeros(2))
   def test_op_without_rule(self):
     # MULACC (a late, codegen-level op no Tensor op makes) has no tangent rule: the error names it, no silent zero
     x, t = Tensor(rand(3)).uop, Tensor(rand(3)).uop

@@ -28,12 +28,24 @@ class TestPytree(unittest.TestCase):
     self.assertEqual(tree_map_skip_none(lambda x: x*2, (1, None, {"a": 3})), (2, None, {"a": 6}))
   def test_structure(self):
     self.assertEqual(tree_structure((1, {"w": [2]})), "tuple(int, dict{'w': list(int)})")
-    self.assertTrue(same_structure((1, [2]), [3, (None,)]))   # tuples and lists alike, None a leaf
+    self.assertTrue(same_structure((1, [2]), (3, [None])))   # None a leaf
     self.assertTrue(same_structure({"a": 1, "b": 2}, {"b": 1, "a": 2}))
     self.assertFalse(same_structure((1, 2), (1,)))
     self.assertFalse(same_structure({"a": 1}, (1,)))
     self.assertFalse(same_structure((1,), (None, None)))
     self.assertFalse(same_structure([1], [[1]]))
+  def test_structure_node_types(self):
+    # as JAX's treedefs compare: a tuple isn't a list, nor a namedtuple, nor a dict an OrderedDict
+    self.assertFalse(same_structure((1, [2]), [3, (4,)]))
+    self.assertFalse(same_structure((1, 2), NT(1, 2)))
+    self.assertFalse(same_structure({"a": 1}, collections.OrderedDict(a=1)))
+    self.assertTrue(same_structure(NT(1, (2,)), NT(3, (4,))))
+  def test_spec_node_type_must_match(self):
+    # as JAX's prefix rule: a spec's node is the value's node type, else ValueError naming the path
+    for value, spec in (([1, 2], (0, None)), ((1, 2), [0, None]), (NT(1, 2), (0, None)), (collections.OrderedDict(a=1), {"a": 0})):
+      with self.subTest(spec=spec), self.assertRaisesRegex(ValueError, "has a structure the value doesn't have: x is a"):
+        tree_map(print, value, spec, "x", "s")
+    self.assertEqual(tree_map(lambda l, s, p: s, NT(1, 2), NT(0, None), "x"), NT(0, None))
 
 if __name__ == "__main__":
   unittest.main()

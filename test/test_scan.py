@@ -160,6 +160,10 @@ class TestScanErrors(VmapTestCase):
   def test_carry_changes_structure(self):
     with self.assertRaisesRegex(TypeError, "must have the same pytree structure"): scan(lambda c, x: ((c, c), None), self.C0, self.A)
 
+  def test_carry_tuple_comes_back_a_list(self):
+    # as JAX's treedefs: a list isn't a tuple (the carry was taken as it was)
+    with self.assertRaisesRegex(TypeError, "must have the same pytree structure"): scan(lambda c, x: ([c[0] + x], None), (self.C0,), self.A)
+
   def test_not_a_pair(self):
     with self.assertRaisesRegex(TypeError, "scan body output must be a pair"): scan(lambda c, x: c + x, self.C0, self.A)
 

@@ -1,6 +1,6 @@
 """`vmap(fn, in_axes, out_axes, axis_size, chunk_size, randomness)`: JAX's semantics on the native VMAPIN/VMAPOUT scopes.
 Every result is compared with a numpy loop over examples on random float64 data."""
-import unittest, unittest.mock
+import collections, unittest, unittest.mock
 import numpy as np
 from tinygrad import Tensor, TinyJit, GlobalCounters, vmap, dtypes, Device
 from tinygrad.uop.ops import UOp, AxisType
@@ -886,6 +886,15 @@ class TestErrors(unittest.TestCase):
     self.raises(ValueError, r"len\(in_axes\)=1, len\(args\)=2", lambda a, b: a, Tensor.empty(3), Tensor.empty(3), in_axes=(0,))
   def test_in_axes_tuple_for_tensor(self):
     self.raises(ValueError, "structure the value doesn't have: argument a is a Tensor", lambda a: a, Tensor.empty(3, 2), in_axes=((0, 1),))
+  def test_in_axes_node_type_differs(self):
+    # JAX's prefix rule compares node types: a tuple spec for a list (or a namedtuple) argument is a ValueError, not mapped as if it matched
+    NT = collections.namedtuple("NT", "a b")
+    self.raises(ValueError, r"structure the value doesn't have: argument l is a list, not a tuple", lambda l: l[0] + l[1],
+                [Tensor.empty(4, 3), Tensor.empty(3)], in_axes=((0, None),))
+    self.raises(ValueError, r"argument p is a NT, not a tuple", lambda p: p.a * p.b, NT(Tensor.empty(4, 3), Tensor.empty(3)), in_axes=((0, None),))
+  def test_out_axes_node_type_differs(self):
+    self.raises(ValueError, r"out_axes \(1, 0\) for output has a structure the value doesn't have: output is a list, not a tuple",
+                lambda a: [a, a * 2], Tensor.empty(4, 3), out_axes=(1, 0))
   def test_in_axes_dict_keys_differ(self):
     self.raises(ValueError, r"keys \['y'\], but the value has keys \['x'\]", lambda a: a["x"], {"x": Tensor.empty(3)}, in_axes=({"y": 0},))
   def test_in_axes_bad_type(self):

@@ -312,6 +312,15 @@ class TestJacobianArguments(VmapTestCase):
   def test_numpy_argnums(self):
     got = jacfwd(lambda a, b: a * b, argnums=np.int64(1))(Tensor(self.X), Tensor(2 * self.X)).numpy()
     self.assert_close(got, np.diag(self.X))
+  def test_numpy_and_python_float_arguments(self):
+    # as JAX takes them as arrays: a numpy array, a numpy scalar or a Python float argument is differentiated (it raised a TypeError)
+    for jac in (jacfwd, jacrev):
+      with self.subTest(jac=jac.__name__):
+        self.assert_close(jac(lambda a: a.sin() * a.sum())(self.X).numpy(), np.diag(np.cos(self.X) * self.X.sum()) + np.sin(self.X)[:, None])
+        self.assert_close(jac(lambda a: a.sin())(np.float64(0.7)).numpy(), np.cos(0.7))
+        self.assert_close(jac(lambda t: t[0] * t[1] ** 2, argnums=0)((1.5, 0.5))[1].numpy(), np.float32(2 * 1.5 * 0.5), rtol=1e-6)
+    self.assert_close(hessian(lambda a: (a ** 3).sum())(self.X).numpy(), np.diag(6 * self.X))
+    with self.assertRaisesRegex(TypeError, "differentiates float Tensors, argument 0 is int"): jacfwd(lambda a: a * 2)(1)
   def test_aux_python_number(self):
     for jac in (jacfwd, jacrev):
       with self.subTest(jac=jac.__name__):

@@ -10,9 +10,9 @@ from typing import Callable
 from tinygrad.dtype import dtypes
 from tinygrad.tensor import Tensor
 from tinygrad.fork_line import LINE_012
-from tinygrad.vmap import vmap
+from tinygrad.vmap import vmap, _from_numpy
 from tinygrad.jvp import jvp, fresh_copy, tracing, untraced
-from tinygrad.pytree import tree_leaves, tree_unflatten, tree_map_skip_none
+from tinygrad.pytree import tree_map, tree_leaves, tree_unflatten, tree_map_skip_none
 
 def _as_int(i) -> int|None:
   """i as an int when it is one (numpy's integers too, as JAX takes them), else None"""
@@ -32,6 +32,14 @@ def _normalize_argnums(argnums:int|tuple[int, ...], args:tuple, fn:str) -> tuple
         raise TypeError(f"{fn} differentiates float Tensors, argument {i} {'is' if leaf is args[i] else 'holds'} {type(leaf).__name__}"+
                         (f" of {leaf.dtype}" if isinstance(leaf, Tensor) else ""))
   return tuple(i % len(args) for i in nums)
+
+def _differentiable(args:tuple, argnums) -> tuple:
+  """args with the numpy arrays, numpy scalars and Python floats (default_float) of the differentiated ones as Tensors, as JAX takes them as arrays (a
+  Python int stays: an int isn't differentiable, and _normalize_argnums says so)"""
+  nums = {n % len(args) for n in ((argnums,) if _as_int(argnums) is not None else argnums if isinstance(argnums, (tuple, list)) else ())
+          if _as_int(n) is not None and -len(args) <= _as_int(n) < len(args)}
+  def conv(x, _spec, _path): return Tensor(x, dtype=dtypes.default_float) if isinstance(x:=_from_numpy(x), float) else x
+  return tuple(tree_map(conv, a, None) if i in nums else a for i,a in enumerate(args))
 
 def _replace_arg_leaves(args:tuple, nums:tuple[int, ...], leaves:list) -> list:
   """args with the leaves of each args[nums[k]], in order, replaced by `leaves`"""
@@ -62,6 +70,7 @@ def jacfwd(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
   `(output, aux)` and the call returns `(Jacobian, aux)`, aux not differentiated.
   """
   def jacobian(*args, **kwargs):
+    args = _differentiable(args, argnums)
     nums = _normalize_argnums(argnums, args, "jacfwd")
     xs = [x for i in nums for x in tree_leaves(args[i])]
     def directional_derivative(e:Tensor):
@@ -101,6 +110,7 @@ def jacrev(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
   vmap of vector-Jacobian products (upstream's gradient with a cotangent) over the basis of the outputs. `has_aux` as in `jacfwd`.
   """
   def jacobian(*args, **kwargs):
+    args = _differentiable(args, argnums)
     nums = _normalize_argnums(argnums, args, "jacrev")
     # fn gets fresh copies of the differentiated leaves (as jvp gives it): what it closes over is a constant, as in JAX
     xs = [fresh_copy(x, k) for k,x in enumerate(x for i in nums for x in tree_leaves(args[i]))]

@@ -15,6 +15,7 @@ else: from tinygrad.mixin.gradient import prod_of_others    # 0.14 (the same top
 from tinygrad.tensor import Tensor
 from tinygrad.transform_state import TRANSFORMS, on_device
 from tinygrad.device import Device
+from tinygrad.vmap import _from_numpy
 from tinygrad.pytree import tree_leaves, tree_leaves_as, tree_unflatten, tree_map_skip_none, tree_structure, same_structure
 
 # a zero tangent is None: rules skip the terms it would give, so the parts of a graph the inputs don't reach build no tangent graph
@@ -160,8 +161,9 @@ def _check_tangents(primals:Sequence[Tensor], tangents:Sequence[Tensor|None], wh
     if t is None: continue
     if not isinstance(t, Tensor): raise TypeError(f"{what} tangent {i} must be a Tensor (or None for zero), got {type(t).__name__}")
     if t.shape != x.shape: raise ValueError(f"{what} tangent {i} has shape {t.shape}, but its primal has shape {x.shape}")
-    if not dtypes.is_float(x.dtype): raise ValueError(f"{what} primal {i} has dtype {x.dtype}: only floating point primals have tangents")
-    if t.dtype != x.dtype: raise ValueError(f"{what} tangent {i} has dtype {t.dtype}, but its primal has dtype {x.dtype}")
+    # a dtype that doesn't match is a TypeError, a shape a ValueError, as in JAX
+    if not dtypes.is_float(x.dtype): raise TypeError(f"{what} primal {i} has dtype {x.dtype}: only floating point primals have tangents")
+    if t.dtype != x.dtype: raise TypeError(f"{what} tangent {i} has dtype {t.dtype}, but its primal has dtype {x.dtype}")
     if t.device != x.device and t.device is not None: raise ValueError(f"{what} tangent {i} is on {t.device}, but its primal is on {x.device}")
 
 def jvp_tensors(outputs:Sequence[Tensor], inputs:Sequence[Tensor], tangents:Sequence[Tensor|None]) -> list[Tensor]:
@@ -216,6 +218,10 @@ def tracing(copies:list[Tensor]):
     TRANSFORMS.tracers -= ones
     _open_traces.pop()
 
+def _constant_as_tensor(y):
+  """a Python number, numpy array or numpy scalar fn returned as a Tensor (JAX's outputs are arrays), anything else as it is"""
+  return Tensor(y) if isinstance(y:=_from_numpy(y), (bool, int, float)) else y
+
 def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]:
   """
   JAX's `jvp`: `fn(*primals)` and its directional derivative along `tangents`, as `(primals_out, tangents_out)`. `fn` takes Tensors
@@ -233,16 +239,19 @@ def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]
   if not callable(fn): raise TypeError(f"jvp expects a function, got {fn!r}")
   if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
     raise TypeError(f"jvp primals and tangents must be tuples or lists, got {type(primals).__name__} and {type(tangents).__name__}")
-  # an argument may be a pytree (tuples, lists, dicts) of Tensors: its tangent has the same structure
-  if len(primals) == len(tangents) and (bad:=next((i for i,(x,t) in enumerate(zip(primals, tangents)) if not same_structure(x, t)), None)) \
-      is not None:
-    raise ValueError(f"jvp primal {bad} and its tangent have different structures: {tree_structure(primals[bad])} and "
-                     f"{tree_structure(tangents[bad])}")
+  # an argument may be a pytree (tuples, lists, dicts) of Tensors: its tangent has the same structure (a TypeError, as JAX's)
+  if len(primals) != len(tangents):
+    raise TypeError(f"jvp got {len(primals)} primals but {len(tangents)} tangents: primals and tangents must have the same structure")
+  if (bad:=next((i for i,(x,t) in enumerate(zip(primals, tangents)) if not same_structure(x, t)), None)) is not None:
+    raise TypeError(f"jvp primal {bad} and its tangent have different structures: {tree_structure(primals[bad])} and "
+                    f"{tree_structure(tangents[bad])}")
   # a dict's tangents pair with its primals by key, whatever order each was written in (as JAX's)
   flat_primals, flat_tangents = tree_leaves(list(primals)), tree_leaves_as(list(tangents), list(primals))
   _check_tangents(flat_primals, flat_tangents, "jvp")
   fresh = [x if t is None else fresh_copy(x, i) for i,(x,t) in enumerate(zip(flat_primals, flat_tangents))]
   with tracing([f for f,t in zip(fresh, flat_tangents) if t is not None]): out = fn(*tree_unflatten(list(primals), fresh))
+  # a Python number or numpy value in the output is a constant, as in JAX: a Tensor whose tangent is zero
+  out = tree_map_skip_none(_constant_as_tensor, out)
   # None in the output is an empty subtree, as in JAX: its tangent is None
   outs = [l for l in tree_leaves(out) if l is not None]
   if bad:=[l for l in outs if not isinstance(l, Tensor)]:

@@ -33,8 +33,10 @@ def tree_map(fn:Callable, tree, spec=None, path:str="", what:str="spec"):
   if spec is None or isinstance(spec, int):
     return _rebuild(tree, [tree_map(fn, v, spec, path+k, what) for k,v in _children(tree)]) if _is_node(tree) else fn(tree, spec, path)
   if not _is_node(spec): raise TypeError(f"{what} entries must be an int, None, or a tuple/list/dict of those, got {spec!r} for {path}")
-  if not _is_node(tree) or isinstance(tree, dict) != isinstance(spec, dict):
-    raise ValueError(f"{what} {spec!r} for {path} has a structure the value doesn't have: {path} is a {type(tree).__name__}")
+  # as in JAX, a node of the spec must be a node of the same type: a tuple isn't a list, nor a namedtuple, nor a dict an OrderedDict
+  if not _is_node(tree) or type(tree) is not type(spec):
+    raise ValueError(f"{what} {spec!r} for {path} has a structure the value doesn't have: {path} is a {type(tree).__name__}"+
+                     (f", not a {type(spec).__name__}" if _is_node(tree) else ""))
   if isinstance(spec, dict) and set(spec) != set(tree):
     raise ValueError(f"{what} for {path} has keys {sorted(map(str, spec))}, but the value has keys {sorted(map(str, tree))}")
   if not isinstance(spec, dict) and len(spec) != len(tree):
@@ -66,8 +68,10 @@ def tree_structure(tree) -> str:
   return type(tree).__name__ + ("(" + ", ".join(tree_structure(v) for v in tree) + ")" if isinstance(tree, (tuple, list)) else "")
 
 def same_structure(a, b) -> bool:
-  """a and b are the same nodes around their leaves: dicts with the same keys, tuples or lists (either) of the same length"""
-  if isinstance(a, dict) or isinstance(b, dict):
-    return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(same_structure(a[k], b[k]) for k in a)
-  if _is_node(a) or _is_node(b): return _is_node(a) and _is_node(b) and len(a) == len(b) and all(map(same_structure, a, b))
+  """a and b are the same nodes around their leaves, as JAX's treedefs compare: nodes of the same type (a tuple isn't a list, nor a
+  namedtuple), dicts with the same keys (in any order), tuples and lists of the same length"""
+  if _is_node(a) or _is_node(b):
+    if type(a) is not type(b): return False
+    if isinstance(a, dict): return a.keys() == b.keys() and all(same_structure(a[k], b[k]) for k in a)
+    return len(a) == len(b) and all(map(same_structure, a, b))
   return True
