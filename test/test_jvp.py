@@ -209,6 +209,17 @@ class TestApi(JvpTestCase):
   def test_pytree_structure_mismatch(self):
     with self.assertRaisesRegex(TypeError, "jvp primal 0 and its tangent have different structures"):
       jvp(lambda p: p["x"], ({"x": T(rand(3))},), ((T(rand(3)),),))
+  def test_has_aux(self):
+    # JAX's has_aux: fn returns (output, aux), jvp (output, tangent, aux), aux not differentiated, a Python number in it as it was
+    x, tx = rand(3), rand(3)
+    y, dy, aux = jvp(lambda x: (x.sin(), {"s": x.sum(), "n": 2}), (T(x),), (T(tx),), has_aux=True)
+    self.assert_close(y.numpy(), np.sin(x)); self.assert_close(dy.numpy(), np.cos(x) * tx)
+    self.assert_close(aux["s"].numpy(), x.sum()); self.assertEqual(aux["n"], 2)
+    with self.assertRaisesRegex(TypeError, "has_aux=True fn must return a pair"): jvp(lambda x: x.sin(), (T(x),), (T(tx),), has_aux=True)
+  def test_has_aux_in_vmap(self):
+    x, tx = rand(4, 3), rand(4, 3)
+    y, dy, aux = vmap(lambda x, t: jvp(lambda x: (x.exp(), x.max()), (x,), (t,), has_aux=True))(T(x), T(tx))
+    self.assert_close(dy.numpy(), np.exp(x) * tx); self.assert_close(aux.numpy(), x.max(1))
   def test_pytree_output(self):
     x, tx = rand(3), rand(3)
     out, dout = jvp(lambda x: {"a": x.sin(), "b": (x*2, [x.exp(), x.sum()])}, (T(x),), (T(tx),))

@@ -71,6 +71,11 @@ class TestInAxes(VmapTestCase):
     w = rand(3)
     self.assert_close(vmap(lambda w: w*2, in_axes=None, axis_size=4)(Tensor(w)).numpy(), np.stack([w*2]*4))
 
+  def test_numpy_int_axis_size_and_chunk_size(self):
+    # numpy's integers are ints, as JAX takes axis_size (it raised a ValueError)
+    x = rand(5, 2)
+    self.assert_close(vmap(lambda: Tensor.ones(2), in_axes=(), axis_size=np.int64(3))().numpy(), np.ones((3, 2)))
+    self.assert_close(vmap(lambda x: x * 2, chunk_size=np.int32(2))(Tensor(x)).numpy(), x * 2)
   def test_decorator(self):
     @vmap
     def f(x): return x.sum()

@@ -10,14 +10,9 @@ from typing import Callable
 from tinygrad.dtype import dtypes
 from tinygrad.tensor import Tensor
 from tinygrad.fork_line import LINE_012
-from tinygrad.vmap import vmap, _from_numpy
+from tinygrad.vmap import vmap, _from_numpy, _as_int
 from tinygrad.jvp import jvp, fresh_copy, tracing, untraced
 from tinygrad.pytree import tree_map, tree_leaves, tree_unflatten, tree_map_skip_none
-
-def _as_int(i) -> int|None:
-  """i as an int when it is one (numpy's integers too, as JAX takes them), else None"""
-  try: return None if isinstance(i, bool) else operator.index(i)
-  except TypeError: return None
 
 def _normalize_argnums(argnums:int|tuple[int, ...], args:tuple, fn:str) -> tuple[int, ...]:
   """argnums as a tuple of nonnegative ints, checked against args: each differentiated argument is a pytree of float Tensors"""

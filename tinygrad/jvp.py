@@ -222,10 +222,11 @@ def _constant_as_tensor(y):
   """a Python number, numpy array or numpy scalar fn returned as a Tensor (JAX's outputs are arrays), anything else as it is"""
   return Tensor(y) if isinstance(y:=_from_numpy(y), (bool, int, float)) else y
 
-def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]:
+def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list, has_aux:bool=False) -> tuple:
   """
   JAX's `jvp`: `fn(*primals)` and its directional derivative along `tangents`, as `(primals_out, tangents_out)`. `fn` takes Tensors
-  and returns a Tensor or a tuple/list/dict of them (nested); `tangents_out` has the same structure. Nothing is realized.
+  and returns a Tensor or a tuple/list/dict of them (nested); `tangents_out` has the same structure. Nothing is realized. With `has_aux`,
+  fn returns `(output, aux)` and jvp `(primals_out, tangents_out, aux)`, aux not differentiated (JAX's has_aux).
 
   As in JAX, `fn` gets fresh copies of the primals: a Tensor it closes over is a constant, even when it is (or was computed from) a
   primal, and the same Tensor may be passed as two primals (each moves along its own tangent).
@@ -250,6 +251,9 @@ def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]
   _check_tangents(flat_primals, flat_tangents, "jvp")
   fresh = [x if t is None else fresh_copy(x, i) for i,(x,t) in enumerate(zip(flat_primals, flat_tangents))]
   with tracing([f for f,t in zip(fresh, flat_tangents) if t is not None]): out = fn(*tree_unflatten(list(primals), fresh))
+  if has_aux:
+    if not isinstance(out, (tuple, list)) or len(out) != 2: raise TypeError("jvp: with has_aux=True fn must return a pair (output, aux)")
+    out, aux = out
   # a Python number or numpy value in the output is a constant, as in JAX: a Tensor whose tangent is zero
   out = tree_map_skip_none(_constant_as_tensor, out)
   # None in the output is an empty subtree, as in JAX: its tangent is None
@@ -260,5 +264,6 @@ def jvp(fn:Callable, primals:tuple|list, tangents:tuple|list) -> tuple[Any, Any]
   copies = [f for f,t in zip(fresh, flat_tangents) if t is not None]
   device = next((x.device for x in flat_primals if x.device is not None), Device.DEFAULT)
   # a constant output or tangent (a zero one) goes on the primals' device (transform_state.on_device)
-  return tuple(tree_map_skip_none(lambda t: on_device(t, device), untraced(tree, copies))
-               for tree in (out, tree_map_skip_none(lambda _: next(tangents_out), out)))
+  ret = tuple(tree_map_skip_none(lambda t: on_device(t, device), untraced(tree, copies))
+              for tree in (out, tree_map_skip_none(lambda _: next(tangents_out), out)))
+  return ret + (untraced(aux, copies),) if has_aux else ret

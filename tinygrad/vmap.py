@@ -7,7 +7,7 @@ over the batch, one batching rule per op (tinygrad/batching.py); on 0.12 the sch
 kernel. Either way the batch is a loop inside the kernels. `vmap_range` and `varg` build a bracket by hand, the same code on both lines.
 """
 from __future__ import annotations
-import contextlib, functools, gc, inspect, weakref
+import contextlib, functools, gc, inspect, operator, weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinygrad.dtype import dtypes
@@ -140,10 +140,17 @@ def _check_options(fn, in_axes, axis_size, chunk_size, randomness):
   if not (in_axes is None or isinstance(in_axes, (int, tuple, list))) or isinstance(in_axes, bool):
     raise TypeError(f"vmap in_axes must be an int, None, or a tuple/list with an entry per positional argument, got {in_axes!r}")
   if randomness not in RANDOMNESS: raise ValueError(f"vmap randomness must be one of {RANDOMNESS}, got {randomness!r}")
-  if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+  # numpy's integers are ints here, as JAX takes them
+  if chunk_size is not None and ((n:=_as_int(chunk_size)) is None or n < 1):
     raise ValueError(f"vmap chunk_size must be a positive int or None, got {chunk_size!r}")
-  if axis_size is not None and (not isinstance(axis_size, int) or axis_size < 0):
+  if axis_size is not None and ((n:=_as_int(axis_size)) is None or n < 0):
     raise ValueError(f"vmap axis_size must be a non-negative int or None, got {axis_size!r}")
+  return None if axis_size is None else _as_int(axis_size), None if chunk_size is None else _as_int(chunk_size)
+
+def _as_int(i) -> int|None:
+  """i as an int when it is one (numpy's integers too, as JAX takes them), else None"""
+  try: return None if isinstance(i, bool) else operator.index(i)
+  except TypeError: return None
 
 def _arg_names(fn:Callable) -> Callable[[int], list[str]]:
   """the names errors give the positional arguments of fn: `argument x` from its signature, `args[i]` past it"""
@@ -399,7 +406,7 @@ def vmap(fn:Callable|None=None, in_axes:int|None|tuple|list=0, out_axes:Any=0, a
   ```
   """
   if fn is None: return functools.partial(vmap, in_axes=in_axes, out_axes=out_axes, axis_size=axis_size, chunk_size=chunk_size, randomness=randomness)
-  _check_options(fn, in_axes, axis_size, chunk_size, randomness)
+  axis_size, chunk_size = _check_options(fn, in_axes, axis_size, chunk_size, randomness)
   arg_names = _arg_names(fn)
   @functools.wraps(fn)
   def vmapped(*args, **kwargs):
