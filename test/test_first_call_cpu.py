@@ -735,5 +735,46 @@ class TestDevecElements(TestQuickPasses):
     a, b = self.rng.standard_normal((48, 40)).astype(np.float32), self.rng.standard_normal((40, 36)).astype(np.float32)
     self.check_same(lambda A, B: A @ B, a, b)
 
+@skip_unless('codegen-cost-2')
+class TestCodegenCost2(TestQuickPasses):
+  """uop/rewrite_loop.py: graph_rewrite's loop with its attributes and stack limit read once, and resolve answered from the bounds of its
+  operand as it is where they prove its default; the sink, so the rendered source, is upstream's loop's and resolve's (FAST_REWRITE=0),
+  for TestQuickPasses' kernels (W1..W6-like, a matmul, transcendentals, pads, a gather, half and long, full and quick builds)"""
+  PROVEN = ('test_row_reduce', 'test_mlp', 'test_stencil', 'test_transcendental', 'test_matmul')
+  def check_same(self, f, *args_np):
+    from tinygrad.uop import rewrite_loop as rl
+    proven, orig = [0], rl.resolve_proven
+    def counting(x, default):
+      proven[0] += (ret:=orig(x, default))
+      return ret
+    for ast in self.kernels(f, *args_np):
+      for quick in (False, True):
+        with Context(FAST_REWRITE=0): full_sink, full_src, full_passes = self.render(ast, quick)
+        with Context(FAST_REWRITE=1), unittest.mock.patch.object(rl, "resolve_proven", counting): sink, src, passes = self.render(ast, quick)
+        self.assertIs(sink, full_sink)
+        self.assertEqual(src, full_src)
+        self.assertEqual(passes, full_passes)
+    # a vector load or store (memory coalescing's SHRINK) checks its offset's bounds in its shape
+    if self._testMethodName in self.PROVEN: self.assertGreater(proven[0], 0, "no resolve answered from its operand's bounds")
+
+  def test_matmul(self):   # a plain matmul: the CPU heuristic's register tile
+    a, b = self.rng.standard_normal((48, 40)).astype(np.float32), self.rng.standard_normal((40, 36)).astype(np.float32)
+    self.check_same(lambda A, B: A @ B, a, b)
+
+  def test_rewrite_limit(self):   # the stack limit is read at each graph_rewrite: a Context around it still holds
+    from tinygrad.uop.ops import graph_rewrite, PatternMatcher
+    chain = UOp.const(1.0, dtypes.float)
+    for i in range(80): chain = chain + UOp.const(float(i), dtypes.float)
+    with Context(REWRITE_STACK_LIMIT=50), self.assertRaisesRegex(RuntimeError, "stack too big"): graph_rewrite(chain, PatternMatcher([]))
+
+  def test_resolve_unproven(self):   # bounds that prove the other value, or none, go to upstream's simplify
+    from tinygrad.uop.ops import resolve
+    v = UOp.variable("v", 0, 10)
+    self.assertTrue(resolve(v >= 0))
+    self.assertFalse(resolve(v < 0, False))
+    self.assertFalse(resolve(v < 0))   # proven False with the default True: simplify's answer, the same
+    self.assertTrue(resolve(v < 5))   # not proven: the default
+    self.assertFalse(resolve(v < 5, False))
+
 if __name__ == "__main__":
   unittest.main()
