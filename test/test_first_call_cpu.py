@@ -738,8 +738,9 @@ class TestDevecElements(TestQuickPasses):
 @skip_unless('codegen-cost-2')
 class TestCodegenCost2(TestQuickPasses):
   """uop/rewrite_loop.py: graph_rewrite's loop with its attributes and stack limit read once, resolve answered from the bounds of its
-  operand as it is where they prove its default, a RESHAPE of constant indices in integers; the sink, so the rendered source, is upstream's loop's and resolve's (FAST_REWRITE=0),
-  for TestQuickPasses' kernels (W1..W6-like, a matmul, transcendentals, pads, a gather, half and long, full and quick builds)"""
+  operand as it is where they prove its default, a RESHAPE of constant indices in integers; the sink, so the rendered source, is
+  upstream's loop's, resolve's and reshape's (FAST_REWRITE=0), for TestQuickPasses' kernels (W1..W6-like, a matmul, transcendentals,
+  pads, a gather, half and long, full and quick builds)"""
   PROVEN = ('test_row_reduce', 'test_mlp', 'test_stencil', 'test_transcendental', 'test_matmul')
   def check_same(self, f, *args_np):
     from tinygrad.uop import rewrite_loop as rl

@@ -1,4 +1,4 @@
-# line: 0.14.0 only (the codegen-cost-2 topic hooks it into uop/ops.py's graph_rewrite and resolve)
+# line: 0.14.0 only (the codegen-cost-2 topic hooks it into uop/ops.py's graph_rewrite and resolve, schedule/indexing.py's apply_movement_op)
 """graph_rewrite's loop with less Python a node, the same rewrite. A cold first call's codegen is ~25 passes of graph_rewrite over each
 kernel, and a fifth of their time was RewriteContext.unified_rewrite's own bookkeeping: each turn of its loop compared the stack's
 length with a ContextVar (a Python call, ContextVar.__lt__), and each node's rewrite went through pm_rewrite and unwrap (two more calls)
