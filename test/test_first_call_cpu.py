@@ -794,6 +794,7 @@ class TestCodegenCost2(TestQuickPasses):
     self.assertIsNone(rl.reshape_consts((4,), (4,), (r,)))
     self.assertIsNone(rl.reshape_consts((4,), (4,), (UOp.const(1, dtypes.int),)))
     self.assertIsNone(rl.reshape_consts((4,), (4,), (UOp.const(-1, dtypes.weakint),)))
+    self.assertIsNone(rl.reshape_consts((0, 4), (0,), (UOp.const(0, dtypes.weakint),)))
 
   def test_resolve_unproven(self):   # bounds that prove the other value, or none, go to upstream's simplify
     from tinygrad.uop.ops import resolve

@@ -86,11 +86,11 @@ def reshape_consts(in_shape:tuple, arg:tuple, rngs:tuple[UOp, ...]) -> tuple[UOp
   """apply_movement_op's RESHAPE of constant indices (a lane of devectorize2's vectors): the row-major offset of the indices in arg's
   shape, unravelled in in_shape, with integers. _apply_reshape builds that sum of products, its mods and divides as UOps and folds them
   with a graph_rewrite of symbolic (and simplifies the SINK of indices, and substitutes its ranges: none), to weakint CONSTs of these
-  values: the same UOps. None (upstream's way) unless the shapes are ints and the indices weakint CONSTs >= 0"""
+  values: the same UOps. None (upstream's way) unless the shapes are ints (in_shape's > 0) and the indices weakint CONSTs >= 0"""
   if not FAST_REWRITE or len(arg) != len(rngs): return None
   for r in rngs:
     if r.op is not Ops.CONST or r.dtype is not dtypes.weakint or r.arg.__class__ is not int or r.arg < 0: return None
-  if not all(s.__class__ is int for s in in_shape) or not all(s.__class__ is int for s in arg): return None
+  if not all(s.__class__ is int and s > 0 for s in in_shape) or not all(s.__class__ is int for s in arg): return None
   flat = 0
   for s, r in zip(arg, rngs): flat = flat * s + r.arg
   out = []
