@@ -735,5 +735,75 @@ class TestDevecElements(TestQuickPasses):
     a, b = self.rng.standard_normal((48, 40)).astype(np.float32), self.rng.standard_normal((40, 36)).astype(np.float32)
     self.check_same(lambda A, B: A @ B, a, b)
 
+@skip_unless('codegen-cost-2')
+class TestCodegenCost2(TestQuickPasses):
+  """uop/rewrite_loop.py: graph_rewrite's loop with its attributes and stack limit read once, resolve answered from the bounds of its
+  operand as it is where they prove its default, a RESHAPE of constant indices in integers; the sink, so the rendered source, is
+  upstream's loop's, resolve's and reshape's (FAST_REWRITE=0), for TestQuickPasses' kernels (W1..W6-like, a matmul, transcendentals,
+  pads, a gather, half and long, full and quick builds)"""
+  PROVEN = ('test_row_reduce', 'test_mlp', 'test_stencil', 'test_transcendental', 'test_matmul')
+  def check_same(self, f, *args_np):
+    from tinygrad.uop import rewrite_loop as rl
+    import tinygrad.schedule.indexing as indexing
+    proven, orig, consts, orig_consts = [0], rl.resolve_proven, [0], rl.reshape_consts
+    def counting(x, default):
+      proven[0] += (ret:=orig(x, default))
+      return ret
+    def counting_consts(*a):
+      consts[0] += (ret:=orig_consts(*a)) is not None
+      return ret
+    for ast in self.kernels(f, *args_np):
+      for quick in (False, True):
+        indexing.apply_movement_op.cache_clear()   # its cache would hand the other way's result back
+        with Context(FAST_REWRITE=0): full_sink, full_src, full_passes = self.render(ast, quick)
+        indexing.apply_movement_op.cache_clear()
+        with Context(FAST_REWRITE=1), unittest.mock.patch.object(rl, "resolve_proven", counting), \
+             unittest.mock.patch.object(rl, "reshape_consts", counting_consts): sink, src, passes = self.render(ast, quick)
+        self.assertIs(sink, full_sink)
+        self.assertEqual(src, full_src)
+        self.assertEqual(passes, full_passes)
+    # a vector load or store (memory coalescing's SHRINK) checks its offset's bounds in its shape
+    if self._testMethodName in self.PROVEN: self.assertGreater(proven[0], 0, "no resolve answered from its operand's bounds")
+    # a lane of a RESHAPEd vector (the matmul's tile, the pad's rows) is taken with integer indices
+    if self._testMethodName in ('test_matmul', 'test_mlp', 'test_padded'): self.assertGreater(consts[0], 0, "no RESHAPE of constant indices")
+
+  def test_matmul(self):   # a plain matmul: the CPU heuristic's register tile
+    a, b = self.rng.standard_normal((48, 40)).astype(np.float32), self.rng.standard_normal((40, 36)).astype(np.float32)
+    self.check_same(lambda A, B: A @ B, a, b)
+
+  def test_rewrite_limit(self):   # the stack limit is read at each graph_rewrite: a Context around it still holds
+    from tinygrad.uop.ops import graph_rewrite, PatternMatcher
+    chain = UOp.const(1.0, dtypes.float)
+    for i in range(80): chain = chain + UOp.const(float(i), dtypes.float)
+    with Context(REWRITE_STACK_LIMIT=50), self.assertRaisesRegex(RuntimeError, "stack too big"): graph_rewrite(chain, PatternMatcher([]))
+
+  def test_reshape_consts(self):   # a RESHAPE of constant indices: upstream's symbolic fold's CONSTs, or None where it doesn't apply
+    import itertools
+    from tinygrad.uop import rewrite_loop as rl
+    from tinygrad.schedule.indexing import apply_movement_op
+    for in_shape, out_shape in [((64,), (4, 4, 4)), ((16,), (4, 4, 1)), ((4, 4, 4), (64,)), ((6, 4), (2, 3, 4)), ((5, 1, 7), (35,)), ((), ())]:
+      for idx in itertools.islice(itertools.product(*[range(s) for s in out_shape]), 40):
+        rngs = tuple(UOp.const(i, dtypes.weakint) for i in idx)
+        fast = rl.reshape_consts(in_shape, out_shape, rngs)
+        apply_movement_op.cache_clear()
+        with Context(FAST_REWRITE=0): want = apply_movement_op(Ops.RESHAPE, in_shape, out_shape, rngs)
+        self.assertIsNotNone(fast)
+        self.assertEqual(len(fast), len(want))
+        for a, b in zip(fast, want): self.assertIs(a, b)
+    r = UOp.range(4, 0)
+    self.assertIsNone(rl.reshape_consts((4,), (4,), (r,)))
+    self.assertIsNone(rl.reshape_consts((4,), (4,), (UOp.const(1, dtypes.int),)))
+    self.assertIsNone(rl.reshape_consts((4,), (4,), (UOp.const(-1, dtypes.weakint),)))
+    self.assertIsNone(rl.reshape_consts((0, 4), (0,), (UOp.const(0, dtypes.weakint),)))
+
+  def test_resolve_unproven(self):   # bounds that prove the other value, or none, go to upstream's simplify
+    from tinygrad.uop.ops import resolve
+    v = UOp.variable("v", 0, 10)
+    self.assertTrue(resolve(v >= 0))
+    self.assertFalse(resolve(v < 0, False))
+    self.assertFalse(resolve(v < 0))   # proven False with the default True: simplify's answer, the same
+    self.assertTrue(resolve(v < 5))   # not proven: the default
+    self.assertFalse(resolve(v < 5, False))
+
 if __name__ == "__main__":
   unittest.main()
