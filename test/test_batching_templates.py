@@ -47,6 +47,16 @@ class TestTemplateHits(unittest.TestCase):
     for (out,), (A, B) in zip(outs, calls):
       np.testing.assert_allclose(out, np.array([[np.sqrt(((a - b) ** 2).sum()) for b in B] for a in A]), rtol=1e-5)
 
+  def test_chunks_inside_a_scope(self):
+    # an inner scope's chunks slice its inputs from a bound start (a leaf): a placeholder for it has no value range, so the template's
+    # shrink looks out of bounds; its shapes were computed when kept, which raised "invalid shrink" on the first call
+    f = vmap(vmap(lambda a, b: b * a, in_axes=(0, -1), chunk_size=1))
+    calls = [(rand(3, 2, seed=i), rand(3, 4, 2, seed=10+i)) for i in range(3)]
+    outs, batched = run_calls(f, calls)
+    self.assertEqual(batched, 0)
+    for (out,), (A, B) in zip(outs, calls):
+      np.testing.assert_allclose(out, np.stack([np.stack([b[:, j] * a[j] for j in range(2)]) for a, b in zip(A, B)]), rtol=1e-6)
+
   def test_outputs_share_one_walk(self):
     # a gradient's outputs share most of their graph: each output's template is keyed by the walk of the outputs before it too
     def grads(w1, w2, x): return tuple(((x * w1).sin().sum() * (x * w2).sum()).gradient(w1, w2))

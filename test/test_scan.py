@@ -279,6 +279,22 @@ class TestScanInVmap(VmapTestCase):
     self.assertEqual(kernels, 1)
     self.assert_close(ys, np_rollouts([s0]*6, us))
 
+  def test_init_set_per_example_in_the_function(self):
+    # the init a clone of an unmapped argument with an item set per example (setitem took an example): scan kept that Tensor for its
+    # recompute and tangents as long as its results lived, and vmap refused it as one that outlives the function
+    a, b = rand(3, 4), rand(4)
+    def f(x, y):
+      v = y.clone()
+      v[2] = x.sum()
+      return scan(lambda c, t: (c * 0.5 + t, c), v, x.unsqueeze(0).expand(2, 4))[1]
+    def nf(x, y):
+      c = y.copy()
+      c[2] = x.sum()
+      ys = []
+      for _ in range(2): ys.append(c); c = c * 0.5 + x
+      return np.stack(ys)
+    self.assert_close(vmap(f, in_axes=(0, None))(Tensor(a), Tensor(b)).numpy(), np.stack([nf(x, b) for x in a]))
+
   def test_shared_controls(self):
     s0, us = rand(6, 4), controls(9, 2)   # every initial state under the same controls
     S0, US = realized(s0, us)

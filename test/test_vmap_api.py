@@ -279,6 +279,25 @@ class TestReuse(VmapTestCase):
       x = rand(4, 7)
       self.assert_close(jf(Tensor(x).realize()).numpy(), np_loop(lambda a: np_softmax(a*2) * a.max(), x))
 
+  def test_tinyjit_reads_a_closed_over_tensor_assigned_in_place(self):
+    # a replay reads the buffers it captured: a closed-over weight written in place is seen, as an argument's is
+    w = rand(4)
+    W = Tensor(w).realize()
+    jf = TinyJit(vmap(lambda a: (a*W).sum()))
+    for _ in range(5):
+      w, a = rand(4), rand(3, 4)
+      W.assign(Tensor(w)).realize()
+      self.assert_close(jf(Tensor(a).realize()).numpy(), (a*w).sum(1))
+
+  def test_tinyjit_keeps_the_captured_closure(self):
+    # TinyJit replays the kernels of its capture (as jax.jit keeps what it traced): a closure rebound to another Tensor after the
+    # capture is not read (docs/vmap.md, "Calling it again"); pass what changes as an argument
+    box, ws = [None], [rand(4) for _ in range(5)]
+    jf = TinyJit(vmap(lambda a: (a*box[0]).sum()))
+    for i, w in enumerate(ws):
+      box[0], a = Tensor(w).realize(), rand(3, 4)
+      self.assert_close(jf(Tensor(a).realize()).numpy(), (a*ws[min(i, 1)]).sum(1))   # captured on the second call
+
   def test_tinyjit_chunked(self):
     # a chunk is an OUTER range: its kernels run once per chunk with another value of the range's variable, also when replayed
     jf = TinyJit(vmap(lambda x: x.softmax(), chunk_size=3))
@@ -604,6 +623,17 @@ class TestRandomness(VmapTestCase):
         want = draw()
         Tensor.manual_seed(7)
         np.testing.assert_array_equal(vmap(lambda x: x + Tensor.rand(3), randomness=mode, chunk_size=chunk_size)(Tensor.zeros(7, 3)).numpy(), want)
+
+  def test_tinyjit_draws_anew_each_replay(self):
+    # a TinyJit of a vmap that draws replays no kept draw: each call is the next Tensor.rand(N, *shape) ("different") or
+    # Tensor.rand(*shape) ("same") of the stream its seed, set before the capture, starts
+    for mode, draw in (("same", lambda: np.broadcast_to(Tensor.rand(3).numpy(), (4, 3))), ("different", lambda: Tensor.rand(4, 3).numpy())):
+      Tensor.manual_seed(3)
+      want = [draw() for _ in range(5)]
+      Tensor.manual_seed(3)
+      jf, zeros = TinyJit(vmap(lambda x: x + Tensor.rand(3), randomness=mode)), Tensor.zeros(4, 3).contiguous().realize()
+      for i, w in enumerate(want): np.testing.assert_array_equal(jf(zeros).numpy(), w, err_msg=f"{mode}: call {i}")
+      self.assertEqual(len({w.tobytes() for w in want}), 5)
 
   def test_nested_chunked_tails(self):
     # an outer "different" chunked with a tail around an inner "same" chunked with a tail: one draw per outer example, shared inside

@@ -194,8 +194,10 @@ def scan(f:Callable, init, xs=None, length:int|None=None, reverse:bool=False, un
   if not callable(f): raise TypeError(f"scan expects a function f(carry, x) -> (carry, y), got {f!r}")
   if not isinstance(unroll, (bool, int)) or (not isinstance(unroll, bool) and unroll < 1):
     raise ValueError(f"scan: unroll must be a positive int or a bool, got {unroll!r}")
-  init, xs = tree_map(lambda v, _s, p: None if v is None else _as_tensor(v, p), init, None, "init"), \
-    tree_map(lambda v, _s, p: None if v is None else _as_tensor(v, p), xs, None, "xs")
+  # Tensors of their own on the leaves' values: the lowerings keep init and xs (to recompute or differentiate the steps) for as long as
+  # the results live, and a Tensor of fn's that a vmap saw take a per-example value (setitem on a clone) must not outlive fn with them
+  init, xs = tree_map(lambda v, _s, p: None if v is None else Tensor(_as_tensor(v, p).uop), init, None, "init"), \
+    tree_map(lambda v, _s, p: None if v is None else Tensor(_as_tensor(v, p).uop), xs, None, "xs")
   carry_paths, init_leaves = _leaves(init, "carry")
   xs_paths, xs_leaves = _leaves(xs, "xs")
   length = _scan_length(xs_paths, xs_leaves, length)

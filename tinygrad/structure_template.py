@@ -116,6 +116,13 @@ class Template:
     """the build of a template of one result (a vmap scope's output)"""
     return self.build(memo)[0]
 
+def _concrete_shape(x:UOp) -> tuple[int, ...]|None:
+  """x's shape where it is concrete, else None; None too where a placeholder makes it invalid: a PARAM has no value range, so one that
+  stands for a leaf that bounds a shrink (a chunk's start, a bound Variable in a STACK) makes the shrink look out of bounds"""
+  try: sh = x._shape
+  except ValueError: return None
+  return sh if sh is None or all(isinstance(d, int) for d in sh) else None
+
 def make_template(built:Sequence[UOp|None], leaves:Sequence[UOp], metadata:bool=False) -> Template|None:
   """built with placeholders for the leaves; None where it reads a leaf's insides (besides constants), which would stay this graph's"""
   placeholders = tuple(placeholder(u, i) for i,u in enumerate(leaves))
@@ -130,7 +137,7 @@ def make_template(built:Sequence[UOp|None], leaves:Sequence[UOp], metadata:bool=
   for x in sink.toposort():
     if x not in reads and any(s in reads for s in x.src): reads.add(x); order.append(x)
   if len(roots) != 1 and order and order[-1] is sink: order.pop()   # the SINK that joins several roots is no part of what was built
-  shapes = tuple(sh if (sh:=x._shape) is None or all(isinstance(d, int) for d in sh) else None for x in order)
+  shapes = tuple(_concrete_shape(x) for x in order)
   if not metadata: return Template(out, placeholders, tuple(order), shapes=shapes)
   by_template = {v:k for k,v in memo.items()}
   return Template(out, placeholders, tuple(order), tuple(all_metadata.get(by_template.get(x, x), ()) for x in order), shapes)
