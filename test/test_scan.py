@@ -229,6 +229,17 @@ class TestScanComposes(VmapTestCase):
     self.assertEqual(ys.device, S0.device)   # sharded like the batch
     self.assert_close(ys.numpy(), np.stack([np_rollout(s, u) for s, u in zip(s0, us)]))
 
+  def test_sharded_batch_zero_initial_state(self):
+    # an RNN's zero initial state, made in the function: the per-example gradient over a sharded batch (it raised "uses a Tensor on CPU")
+    if (why:=cpu_devices_missing()) is not None: self.skipTest(why)
+    devs = ("CPU:0", "CPU:1")
+    w, xs = 0.5 * rand(3, 3), rand(4, 5, 3)
+    def loss(w, x): return scan(lambda h, xt: ((h @ w + xt).tanh(),)*2, Tensor.zeros(3, dtype=x.dtype), x)[1].sum()
+    g = vmap(lambda w, x: loss(w, x).gradient(w)[0], in_axes=(None, 0))(Tensor(w).to(devs), Tensor(xs).shard(devs, axis=0))
+    self.assertEqual(g.device, tuple(Device.canonicalize(d) for d in devs))
+    def np_loss(w, x): return np_scan(lambda h, xt: (np.tanh(h @ w + xt),)*2, np.zeros(3), x)[1].sum()
+    self.assert_close(g.numpy(), np.stack([num_jac(np_loss)(w, x) for x in xs]), atol=1e-7, rtol=1e-6)
+
   def test_bicycle_is_one_kernel_at_any_length(self):
     """the fused lowering (tinygrad/scan_kernel.py): the carry in registers across a LOOP range, one kernel whatever the length"""
     for T in (10, 50, 200):

@@ -93,6 +93,11 @@ class TestShardedBatch(VmapTestCase):
     self.sharded(lambda x: Tensor.arange(5) * x + Tensor.ones(5), nfn=lambda x: np.arange(5) * x + 1, shape=(5,))
     self.sharded(lambda x: Tensor.eye(5) @ x, nfn=lambda x: x, shape=(5,))
 
+  def test_constant_read_into_a_contiguous_value(self):
+    # a constant read by an op whose result is made contiguous is still only read: a value, not a buffer on one device (it raised
+    # "uses a Tensor on CPU", as an RNN's zero initial state did in a scan over a sharded batch)
+    self.sharded(lambda x: (Tensor.zeros(4) + x * 2).contiguous().sum(), nfn=lambda x: (x * 2).sum())
+
   def test_sort_topk_triu(self):
     self.sharded(lambda x: x.sort()[0], nfn=np.sort, shape=(7,))
     self.sharded(lambda x: x.topk(2)[0], nfn=lambda x: -np.sort(-x)[:2], shape=(7,))

@@ -235,6 +235,8 @@ def _is_filled_const(u:UOp) -> bool:
     and not any(x.op in (Ops.BUFFER, Ops.COPY) for x in u.src[1].src[1].toposort())
 
 _WRITTEN_BY = (Ops.STORE, Ops.AFTER, Ops.COPY, Ops.CONTIGUOUS, Ops.MSELECT, Ops.MSTACK)
+# a new value, never a view of its sources: what is done to it (made contiguous, written) isn't done to the constant it read
+_NEW_VALUE = GroupOp.ALU | {Ops.CAST, Ops.REDUCE_AXIS if LINE_012 else Ops.REDUCE}
 def _filled_consts(roots:list[UOp]) -> dict[UOp, UOp]|None:
   """what _filled_consts_as_values makes of each node of the roots' graph (fn's outputs together: one toposort, not one an output), or
   None where a constant is written somewhere in it, which each output then decides alone"""
@@ -251,7 +253,8 @@ def _filled_consts(roots:list[UOp]) -> dict[UOp, UOp]|None:
   written: dict[UOp, bool] = {}
   for x in reversed(topo):
     # stored into another buffer (a clone of it) is read; stored into is written again
-    written[x] = any(c.op in _WRITTEN_BY or written[c] for c in consumers.get(x, ()) if not (c.op is Ops.STORE and c.src[0] is not x))
+    written[x] = any(c.op in _WRITTEN_BY or written[c] for c in consumers.get(x, ())
+                     if not (c.op is Ops.STORE and c.src[0] is not x) and c.op not in _NEW_VALUE)
   if any(written[u] for u in filled): return None
   new = {u: u.src[1].src[1].cast(u.dtype) for u in filled}
   # the graph with those read as values: one pass in topo's order (a substitute's graph_rewrite cost ~0.3 ms a call in bench W4)
@@ -280,7 +283,7 @@ def _filled_consts_one_by_one(y:Tensor) -> Tensor:
     while stack:
       x = stack.pop()
       for c in consumers.get(x, []):
-        if c.op is Ops.STORE and c.src[0] is not x: continue
+        if (c.op is Ops.STORE and c.src[0] is not x) or c.op in _NEW_VALUE: continue
         if c.op in _WRITTEN_BY: return False
         if c not in seen: seen.add(c); stack.append(c)
     return True
