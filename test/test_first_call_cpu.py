@@ -737,13 +737,13 @@ class TestDevecElements(TestQuickPasses):
 
 @skip_unless('codegen-cost-2')
 class TestCodegenCost2(TestQuickPasses):
-  """uop/rewrite_loop.py: graph_rewrite's loop with its attributes and stack limit read once, resolve answered from the bounds of its
-  operand as it is where they prove its default, a RESHAPE of constant indices in integers; the sink, so the rendered source, is
-  upstream's loop's, resolve's and reshape's (FAST_REWRITE=0), for TestQuickPasses' kernels (W1..W6-like, a matmul, transcendentals,
-  pads, a gather, half and long, full and quick builds)"""
+  """uop/symbolic_shortcuts.py: resolve answered from the bounds of its operand as it is where they prove its default, a RESHAPE of
+  constant indices in integers; the sink, so the rendered source, is upstream's resolve's and reshape's (FAST_REWRITE=0), for
+  TestQuickPasses' kernels (W1..W6-like, a matmul, transcendentals, pads, a gather, half and long, full and quick builds). graph_rewrite's
+  loop reads its attributes and stack limit once a call (uop/ops.py): test_rewrite_limit"""
   PROVEN = ('test_row_reduce', 'test_mlp', 'test_stencil', 'test_transcendental', 'test_matmul')
   def check_same(self, f, *args_np):
-    from tinygrad.uop import rewrite_loop as rl
+    from tinygrad.uop import symbolic_shortcuts as rl
     import tinygrad.schedule.indexing as indexing
     proven, orig, consts, orig_consts = [0], rl.resolve_proven, [0], rl.reshape_consts
     def counting(x, default):
@@ -779,7 +779,7 @@ class TestCodegenCost2(TestQuickPasses):
 
   def test_reshape_consts(self):   # a RESHAPE of constant indices: upstream's symbolic fold's CONSTs, or None where it doesn't apply
     import itertools
-    from tinygrad.uop import rewrite_loop as rl
+    from tinygrad.uop import symbolic_shortcuts as rl
     from tinygrad.schedule.indexing import apply_movement_op
     for in_shape, out_shape in [((64,), (4, 4, 4)), ((16,), (4, 4, 1)), ((4, 4, 4), (64,)), ((6, 4), (2, 3, 4)), ((5, 1, 7), (35,)), ((), ())]:
       for idx in itertools.islice(itertools.product(*[range(s) for s in out_shape]), 40):
