@@ -14,27 +14,26 @@ from tinygrad.vmap import vmap, _from_numpy, _as_int
 from tinygrad.jvp import jvp, fresh_copy, tracing, untraced
 from tinygrad.pytree import tree_map, tree_leaves, tree_unflatten, tree_map_skip_none
 
-def _normalize_argnums(argnums:int|tuple[int, ...], args:tuple, fn:str) -> tuple[int, ...]:
-  """argnums as a tuple of nonnegative ints, checked against args: each differentiated argument is a pytree of float Tensors"""
+def _as_array(x, _spec=None, _path=None):
+  """a numpy array, numpy scalar or Python float (default_float) as a Tensor, as JAX takes them as arrays; anything else as it is (a
+  Python int stays: an int isn't differentiable, and _normalize_argnums says so)"""
+  return Tensor(x, dtype=dtypes.default_float) if isinstance(x:=_from_numpy(x), float) else x
+
+def _normalize_argnums(argnums:int|tuple[int, ...], args:tuple, fn:str) -> tuple[tuple, tuple[int, ...]]:
+  """(args with the differentiated ones' numpy and float leaves as Tensors, argnums as a tuple of nonnegative ints), checked against
+  args: each differentiated argument is a pytree of float Tensors"""
   nums = (argnums,) if _as_int(argnums) is not None else tuple(argnums) if isinstance(argnums, (tuple, list)) else ()
   if not nums or any(_as_int(i) is None for i in nums): raise TypeError(f"{fn} argnums must be an int or a tuple of ints, got {argnums!r}")
-  nums = tuple(operator.index(i) for i in nums)
+  nums, args = tuple(operator.index(i) for i in nums), list(args)
   for i in nums:
     if not -len(args) <= i < len(args): raise ValueError(f"{fn} argnums {i} is out of range for {len(args)} positional arguments")
+    args[i] = tree_map(_as_array, args[i], None)
     # an argument may be a pytree (tuples, lists, dicts) of Tensors, as in JAX: every leaf is differentiated
     for leaf in tree_leaves(args[i]):
       if not isinstance(leaf, Tensor) or not dtypes.is_float(leaf.dtype):
         raise TypeError(f"{fn} differentiates float Tensors, argument {i} {'is' if leaf is args[i] else 'holds'} {type(leaf).__name__}"+
                         (f" of {leaf.dtype}" if isinstance(leaf, Tensor) else ""))
-  return tuple(i % len(args) for i in nums)
-
-def _differentiable(args:tuple, argnums) -> tuple:
-  """args with the numpy arrays, numpy scalars and Python floats (default_float) of the differentiated ones as Tensors, as JAX takes them as arrays (a
-  Python int stays: an int isn't differentiable, and _normalize_argnums says so)"""
-  nums = {n % len(args) for n in ((argnums,) if _as_int(argnums) is not None else argnums if isinstance(argnums, (tuple, list)) else ())
-          if _as_int(n) is not None and -len(args) <= _as_int(n) < len(args)}
-  def conv(x, _spec, _path): return Tensor(x, dtype=dtypes.default_float) if isinstance(x:=_from_numpy(x), float) else x
-  return tuple(tree_map(conv, a, None) if i in nums else a for i,a in enumerate(args))
+  return tuple(args), tuple(i % len(args) for i in nums)
 
 def _replace_arg_leaves(args:tuple, nums:tuple[int, ...], leaves:list) -> list:
   """args with the leaves of each args[nums[k]], in order, replaced by `leaves`"""
@@ -65,8 +64,7 @@ def jacfwd(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
   `(output, aux)` and the call returns `(Jacobian, aux)`, aux not differentiated.
   """
   def jacobian(*args, **kwargs):
-    args = _differentiable(args, argnums)
-    nums = _normalize_argnums(argnums, args, "jacfwd")
+    args, nums = _normalize_argnums(argnums, args, "jacfwd")
     xs = [x for i in nums for x in tree_leaves(args[i])]
     def directional_derivative(e:Tensor):
       # along one basis direction e of all differentiated arguments at once: each argument's tangent is its piece of e
@@ -105,8 +103,7 @@ def jacrev(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
   vmap of vector-Jacobian products (upstream's gradient with a cotangent) over the basis of the outputs. `has_aux` as in `jacfwd`.
   """
   def jacobian(*args, **kwargs):
-    args = _differentiable(args, argnums)
-    nums = _normalize_argnums(argnums, args, "jacrev")
+    args, nums = _normalize_argnums(argnums, args, "jacrev")
     # fn gets fresh copies of the differentiated leaves (as jvp gives it): what it closes over is a constant, as in JAX
     xs = [fresh_copy(x, k) for k,x in enumerate(x for i in nums for x in tree_leaves(args[i]))]
     with tracing(xs): out, aux = _split_aux(fn(*_replace_arg_leaves(args, nums, xs), **kwargs), has_aux, "jacrev")
