@@ -957,6 +957,22 @@ class TestErrors(unittest.TestCase):
     with self.assertRaisesRegex(ValueError, "chunk_size must be a positive int"): vmap(per_row, chunk_size=0)
   def test_not_callable(self):
     with self.assertRaisesRegex(TypeError, "expects a function"): vmap(3)
+  @unittest.skipIf(LINE_012, "the 0.14 line's message: the frozen 0.12 line says it can't read a tensor, not which method read it")
+  def test_data_dependent_shape_names_op(self):
+    # nonzero and masked_select without size= need a count of one example for their shape: the error names the method and the way out
+    self.raises(RuntimeError, r"Tensor\.nonzero reads the tensor's values .* pass size=N", lambda a: a.nonzero(), Tensor.empty(3, 4))
+    self.raises(RuntimeError, r"Tensor\.masked_select reads the tensor's values .* pass size=N", lambda a: a.masked_select(a > 0), Tensor.empty(3, 4))
+  @unittest.skipIf(LINE_012, "0.12.0's nonzero and masked_select have no size=")
+  def test_data_dependent_shape_with_size(self):
+    # with size=N (JAX's size=) the shape is fixed and they batch as any op: the numpy loop pads with fill_value, as both do
+    x = rand(5, 4) * (rand(5, 4) > 0)
+    def np_nonzero(e): nz = np.argwhere(e != 0)[:3]; return np.concatenate([nz, np.full((3 - len(nz), 1), -1)]).astype(np.int32)
+    np.testing.assert_equal(vmap(lambda a: a.nonzero(size=3, fill_value=-1))(Tensor(x)).numpy(), np_loop(np_nonzero, x))
+    def np_select(e): s = e[e > 0][:3]; return np.concatenate([s, np.full(3 - len(s), -2.0)])
+    np.testing.assert_allclose(vmap(lambda a: a.masked_select(a > 0, size=3, fill_value=-2.0))(Tensor(x)).numpy(), np_loop(np_select, x))
+  @unittest.skipIf(LINE_012, "the 0.14 line's message")
+  def test_item_names_op(self):
+    self.raises(RuntimeError, r"can't read a tensor inside a vmap scope .*Tensor\.item reads", lambda a: a.sum().item(), Tensor.empty(3, 4))
   def test_error_leaves_inputs_usable(self):
     x = rand(3, 2)
     X = Tensor(x)
