@@ -957,6 +957,23 @@ class TestErrors(unittest.TestCase):
     with self.assertRaisesRegex(ValueError, "chunk_size must be a positive int"): vmap(per_row, chunk_size=0)
   def test_not_callable(self):
     with self.assertRaisesRegex(TypeError, "expects a function"): vmap(3)
+  def test_read_inside_fn_names_the_method(self):
+    self.raises(RuntimeError, r"vmap: Tensor.item reads the value of one example .* return the value from fn and read it after",
+                lambda a: a * a.sum().item(), Tensor(rand(3, 2)))
+  def test_masked_select_of_per_example_mask_raises(self):
+    # its output's size is each example's count of True: a data-dependent shape, which vmap can't batch (as in JAX)
+    self.raises(RuntimeError, r"Tensor.masked_select .* a shape that depends on each example's data", lambda a: a.masked_select(a > 0),
+                Tensor(rand(3, 4)))
+  def test_masked_select_of_shared_mask(self):
+    x, m = rand(3, 4), np.array([True, False, True, True])
+    got = vmap(lambda a, mask: a.masked_select(mask), in_axes=(0, None))(Tensor(x), Tensor(m)).numpy()
+    np.testing.assert_allclose(got, np_loop(lambda a, mask: a[mask], x, m, in_axes=(0, None)))
+  def test_one_hot_without_num_classes_raises(self):
+    # 0.12 reads the class count from the data when num_classes is left out; 0.14's one_hot needs num_classes
+    exc, msg = (RuntimeError, r"Tensor.one_hot .* pass num_classes") if LINE_012 else (TypeError, "num_classes")
+    self.raises(exc, msg, lambda i: i.one_hot(), Tensor(np.array([[0, 2], [1, 3]], dtype=np.int32)))
+  def test_allclose_inside_fn_raises(self):
+    self.raises(RuntimeError, r"Tensor.allclose .* isclose\(...\).all\(\)", lambda a: a * a.allclose(a * 2), Tensor(rand(3, 2)))
   def test_error_leaves_inputs_usable(self):
     x = rand(3, 2)
     X = Tensor(x)
