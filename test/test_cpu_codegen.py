@@ -134,6 +134,13 @@ class TestCPUVectorALUs(unittest.TestCase):
   # clang compiles ext_vector_type arithmetic itself: devectorize splits only ops the renderer has no code for and kernel-local buffers
   def alus(self, p) -> set[tuple[str, int]]: return {(u.op.name, u.dtype.count) for u in p.uops if u.op in GroupOp.ALU and u.op is not Ops.SHL}
 
+  def test_half_max_and_where_compile(self):
+    # an upcast float16 maximum (a compare and a select) as __fp16 vectors didn't compile: clang's C can't select with their short compare
+    x = np.random.default_rng(0).standard_normal((3, 4, 8)).astype(np.float16)
+    got = vmap(lambda r: r.maximum(r * 2).softplus())(Tensor(x)).numpy()
+    m = np.maximum(x, x * 2).astype(np.float64)
+    np.testing.assert_allclose(got, np.log1p(np.exp(m)), rtol=5e-3, atol=5e-3)
+
   def test_matmul_tile_is_vector_fmas(self):
     # the 4x16 tile (8x16 with AVX-512) is one 64-lane (128-lane) accumulator: a multiply and an add per reduce step, not 64 scalar ones
     p, lanes = program(Tensor.empty(64, 64) @ Tensor.empty(64, 64)), cpu_tile_bytes() // 4

@@ -957,12 +957,23 @@ class TestErrors(unittest.TestCase):
     with self.assertRaisesRegex(ValueError, "chunk_size must be a positive int"): vmap(per_row, chunk_size=0)
   def test_not_callable(self):
     with self.assertRaisesRegex(TypeError, "expects a function"): vmap(3)
-  @unittest.skipIf(LINE_012, "the 0.14 line's message: the frozen 0.12 line says it can't read a tensor, not which method read it")
-  def test_data_dependent_shape_names_op(self):
+  def test_read_inside_fn_names_the_method(self):
+    self.raises(RuntimeError, r"vmap: Tensor.item reads the value of one example .* return the value from fn and read it after",
+                lambda a: a * a.sum().item(), Tensor(rand(3, 2)))
+  def test_masked_select_of_per_example_mask_raises(self):
+    # its output's size is each example's count of True: a data-dependent shape, which vmap can't batch (as in JAX)
+    self.raises(RuntimeError, r"Tensor.masked_select .* a shape that depends on each example's data", lambda a: a.masked_select(a > 0),
+                Tensor(rand(3, 4)))
+  def test_masked_select_of_shared_mask(self):
+    x, m = rand(3, 4), np.array([True, False, True, True])
+    got = vmap(lambda a, mask: a.masked_select(mask), in_axes=(0, None))(Tensor(x), Tensor(m)).numpy()
+    np.testing.assert_allclose(got, np_loop(lambda a, mask: a[mask], x, m, in_axes=(0, None)))
+  @unittest.skipIf(LINE_012, "0.12.0 has no nonzero, and its masked_select no size=")
+  def test_data_dependent_shape_names_size(self):
     # nonzero and masked_select without size= need a count of one example for their shape: the error names the method and the way out
-    self.raises(RuntimeError, r"Tensor\.nonzero reads the tensor's values .* pass size=N", lambda a: a.nonzero(), Tensor.empty(3, 4))
-    self.raises(RuntimeError, r"Tensor\.masked_select reads the tensor's values .* pass size=N", lambda a: a.masked_select(a > 0), Tensor.empty(3, 4))
-  @unittest.skipIf(LINE_012, "0.12.0's nonzero and masked_select have no size=")
+    self.raises(RuntimeError, r"Tensor\.nonzero .* pass size=N", lambda a: a.nonzero(), Tensor(rand(3, 4)))
+    self.raises(RuntimeError, r"Tensor\.masked_select .* or pass size=N", lambda a: a.masked_select(a > 0), Tensor(rand(3, 4)))
+  @unittest.skipIf(LINE_012, "0.12.0 has no nonzero, and its masked_select no size=")
   def test_data_dependent_shape_with_size(self):
     # with size=N (JAX's size=) the shape is fixed and they batch as any op: the numpy loop pads with fill_value, as both do
     x = rand(5, 4) * (rand(5, 4) > 0)
@@ -970,9 +981,13 @@ class TestErrors(unittest.TestCase):
     np.testing.assert_equal(vmap(lambda a: a.nonzero(size=3, fill_value=-1))(Tensor(x)).numpy(), np_loop(np_nonzero, x))
     def np_select(e): s = e[e > 0][:3]; return np.concatenate([s, np.full(3 - len(s), -2.0)])
     np.testing.assert_allclose(vmap(lambda a: a.masked_select(a > 0, size=3, fill_value=-2.0))(Tensor(x)).numpy(), np_loop(np_select, x))
-  @unittest.skipIf(LINE_012, "the 0.14 line's message")
-  def test_item_names_op(self):
-    self.raises(RuntimeError, r"can't read a tensor inside a vmap scope .*Tensor\.item reads", lambda a: a.sum().item(), Tensor.empty(3, 4))
+  def test_one_hot_without_num_classes_raises(self):
+    # 0.12 reads the class count from the data when num_classes is left out; 0.14's one_hot needs num_classes
+    exc, msg = (RuntimeError, r"Tensor.one_hot .* pass num_classes") if LINE_012 else (TypeError, "num_classes")
+    self.raises(exc, msg, lambda i: i.one_hot(), Tensor(np.array([[0, 2], [1, 3]], dtype=np.int32)))
+  @unittest.skipUnless(LINE_012, "0.14's allclose is a Tensor (isclose(...).all()), which vmap batches")
+  def test_allclose_inside_fn_raises(self):
+    self.raises(RuntimeError, r"Tensor.allclose .* isclose\(...\).all\(\)", lambda a: a * a.allclose(a * 2), Tensor(rand(3, 2)))
   def test_error_leaves_inputs_usable(self):
     x = rand(3, 2)
     X = Tensor(x)

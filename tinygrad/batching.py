@@ -374,17 +374,3 @@ def open_vmap_ranges(u:UOp, seen:dict[UOp, bool]|None=None) -> list[UOp]:
     return []
   if not _scoped(u, None, seen): return []
   return [a for x in u.toposort() if x.op is Ops.VMAPIN for a in x.src[1:] if a in u.ranges] if u.ranges else []
-
-def read_refused(rs:list[UOp]) -> str:
-  """why a read of a value inside a vmap scope is refused, naming the Tensor method the user called: the outermost frame of tensor.py or a
-  mixin on the way to the read (nonzero and masked_select without size= read a count for their output's shape)"""
-  import sys, os
-  here = os.path.dirname(os.path.abspath(__file__))
-  src = (os.path.join(here, "tensor.py"), os.path.join(here, "mixin") + os.sep)
-  f, op = sys._getframe(1), None
-  while f is not None and f.f_code.co_filename.startswith(src):
-    if not f.f_code.co_name.startswith("_"): op = f.f_code.co_name   # not a wrapper's frame
-    f = f.f_back
-  why = f"Tensor.{op} reads the tensor's values in Python" if op else "reading its values"
-  if op in ("nonzero", "masked_select"): why += " (its output's shape depends on the data: pass size=N for a fixed shape)"
-  return f"can't read a tensor inside a vmap scope (open RANGE {rs[0].arg}): {why}, but it is one example, not a value yet; vmapout gives the batch"

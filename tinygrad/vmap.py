@@ -7,7 +7,7 @@ over the batch, one batching rule per op (tinygrad/batching.py); on 0.12 the sch
 kernel. Either way the batch is a loop inside the kernels. `vmap_range` and `varg` build a bracket by hand, the same code on both lines.
 """
 from __future__ import annotations
-import contextlib, functools, gc, inspect, operator, weakref
+import contextlib, functools, gc, inspect, operator, os, traceback, weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinygrad.dtype import dtypes
@@ -303,8 +303,31 @@ def _call_on_examples(fn:Callable, inputs:_BatchedInputs, scope:_Scope):
   """fn on one example inside `scope`: a mapped leaf enters it (the scope's examples of it), the others are passed as they are"""
   def example(x, axis:int|None, _path): return x if axis is None else scope.enter_from_batch(x, axis)
   with _open_scope(scope):
-    return fn(*[tree_map(example, a, axes) for a,axes in zip(inputs.args, inputs.arg_axes)],
-              **{k: tree_map(example, v, inputs.kwarg_axes[k]) for k,v in inputs.kwargs.items()})
+    try: return fn(*[tree_map(example, a, axes) for a,axes in zip(inputs.args, inputs.arg_axes)],
+                   **{k: tree_map(example, v, inputs.kwarg_axes[k]) for k,v in inputs.kwargs.items()})
+    except RuntimeError as e:
+      if not str(e).startswith("can't read a tensor inside a vmap scope") or (op:=_reading_op(e)) is None: raise
+      raise RuntimeError(f"vmap: Tensor.{op} reads the value of one example inside the vmapped function, where it isn't computed yet: "
+                         f"{_READ_WHY.get(op, 'return the value from fn and read it after')} ({e})") from e
+
+# Tensor methods that read values, and why that can't be batched (a shape or a Python value that depends on the data)
+_READ_WHY = {
+  "masked_select": "its output has as many elements as the mask has True, a shape that depends on each example's data, which vmap can't "
+                   "batch (as in JAX); keep the shape with x.masked_fill(mask.logical_not(), 0) or mask.where(x, 0)" +
+                   ("" if LINE_012 else ", or pass size=N (fill_value pads), as jnp.nonzero's size= under jax.vmap"),
+  "nonzero": "its output has a row for each nonzero element, a shape that depends on each example's data, which vmap can't batch (as in "
+             "JAX)" + ("" if LINE_012 else "; pass size=N (fill_value pads), as jnp.nonzero's size= under jax.vmap"),
+  "one_hot": "without num_classes it reads the number of classes from the data; pass num_classes",
+  "allclose": "it returns a Python bool; isclose(...).all() is a Tensor of each example's answer"}
+
+def _reading_op(e:BaseException) -> str|None:
+  """the Tensor method fn called that raised e by reading a value: the outermost frame of the traceback in tinygrad's Tensor code"""
+  for f, _ in traceback.walk_tb(e.__traceback__):
+    name, file = f.f_code.co_name, f.f_code.co_filename
+    # tensor.py's metadata wrapper wraps every method: the method is the frame after it
+    if (file.endswith(os.path.join("tinygrad", "tensor.py")) or os.path.join("tinygrad", "mixin", "") in file) and name != "wrapper" and \
+       not name.startswith("_"): return name
+  return None
 
 def _batch_of_output(scope:_Scope, y, axis:int|None, path:str, filled:tuple[dict[UOp, UOp]|None, set[UOp]]|None=None):
   """the batch of y, an output leaf of fn (one example), with its batch axis at `axis`, or with axis None y itself, which mustn't depend
