@@ -805,5 +805,108 @@ class TestCodegenCost2(TestQuickPasses):
     self.assertTrue(resolve(v < 5))   # not proven: the default
     self.assertFalse(resolve(v < 5, False))
 
+@skip_unless('codegen-cost-3')
+class TestCodegenCost3(TestQuickPasses):
+  """codegen/decomp_templates.py: a transcendental's decomposition built once on placeholders and rebuilt on each lane's sources;
+  codegen/tuple_order.py: the linearizer's ties broken by labels that order as tuplize does. The sink is the one built directly
+  (DECOMP_TEMPLATES=0) and the rendered source the one of upstream's sort (TUPLE_LABELS=0), for TestQuickPasses' kernels (W1..W6-like,
+  transcendentals, pads, a gather, half and long, full and quick builds), a matmul tile for each ISA (forced, not the host's), the
+  W4-like batch of sin and cos as vector lanes in float32 and float64"""
+  TEMPLATED = ('test_transcendental', 'test_sin_cos_lanes', 'test_exp_log_f64')
+  def check_same(self, f, *args_np):
+    from tinygrad.codegen import decomp_templates as dt, tuple_order as to
+    built, labelled, orig_t, orig_l = [0], [0], dt.templated, to.tuple_labels
+    def counting_t(fxn, *srcs):
+      built[0] += 1
+      return orig_t(fxn, *srcs)
+    def counting_l(lst):
+      labelled[0] += (ret:=orig_l(lst)) is not None
+      return ret
+    for ast in self.kernels(f, *args_np):
+      for quick in (False, True):
+        with Context(DECOMP_TEMPLATES=0, TUPLE_LABELS=0): full_sink, full_src, full_passes = self.render(ast, quick)
+        with Context(DECOMP_TEMPLATES=1, TUPLE_LABELS=1), unittest.mock.patch.object(dt, "templated", counting_t), \
+             unittest.mock.patch.object(to, "tuple_labels", counting_l): sink, src, passes = self.render(ast, quick)
+        self.assertIs(sink, full_sink)
+        self.assertEqual(src, full_src)
+        self.assertEqual(passes, full_passes)
+    self.assertGreater(labelled[0], 0, "no linearize took the labels")
+    if self._testMethodName in self.TEMPLATED: self.assertGreater(built[0], 0, "no decomposition from a template")
+
+  def test_matmul(self):   # the register tile of each ISA: AVX2's 4x16 in ymm, AVX-512's 8x16 in zmm (forced, not the host's)
+    import tinygrad.codegen.late.cpu_vectors as cpu_vectors
+    a, b = self.rng.standard_normal((64, 40)).astype(np.float32), self.rng.standard_normal((40, 48)).astype(np.float32)
+    for vector_bytes in (32, 64):
+      with self.subTest(vector_bytes=vector_bytes), unittest.mock.patch.object(cpu_vectors, "tile_vector_bytes", lambda: vector_bytes):
+        self.check_same(lambda A, B: A @ B, a, b)
+
+  def test_sin_cos_lanes(self):   # W4-like: sin and cos of a batch's angles, the batch upcast to vector lanes, a cold branch each
+    from tinygrad.vmap import vmap
+    for dt, hi in ((np.float32, 3e4), (np.float64, 1e5)):
+      x = self.rng.uniform(-hi, hi, (256, 3)).astype(dt)
+      def f(X):
+        if isinstance(X, Tensor): return vmap(lambda r: Tensor.stack(r[0].sin() * 2, r[1].cos() - r[2].sin(), r[2].cos()))(X)
+        return np.stack([np.sin(X[:, 0]) * 2, np.cos(X[:, 1]) - np.sin(X[:, 2]), np.cos(X[:, 2])], 1)
+      with self.subTest(dtype=dt.__name__): self.check_same(f, x)
+
+  def test_exp_log_f64(self):   # float64's exp2 and log2 decompositions, their own templates
+    x = self.rng.uniform(0.1, 20, (40, 5))
+    self.check_same(lambda X: (X * 0.3).exp() - (X + 1).log() if isinstance(X, Tensor) else np.exp(X * 0.3) - np.log(X + 1), x)
+
+  def test_template_is_direct(self):   # each decomposition alone, on lanes of loads and on an expression: the UOps built directly
+    from tinygrad.codegen import decomp_templates as dt
+    from tinygrad.codegen.decomp import transcendental as T
+    from tinygrad.uop.ops import KernelInfo
+    for dtype in (dtypes.float32, dtypes.float64, dtypes.float16):
+      buf = UOp.placeholder((8,), dtype, 0)
+      lanes = [buf.index(UOp.const(i, dtypes.weakint)).load() for i in range(3)]
+      srcs = [*lanes, lanes[0] * lanes[1] + 2]
+      for fxn, args in [(T.xsin, [(s,) for s in srcs]), (T.xexp2, [(s,) for s in srcs]), (T.xlog2, [(s,) for s in srcs]),
+                        (dt._xsin_cos, [(s, t) for s, t in zip(srcs, srcs[1:])])]:
+        for a in args:
+          with Context(DECOMP_TEMPLATES=0): want = fxn(*a)
+          self.assertIs(dt.templated(fxn, *a), want)
+    c = UOp.const(3.0, dtypes.float32)   # a CONST: built directly
+    self.assertIs(dt.templated(T.xsin, c), T.xsin(c))
+
+class TestTupleLabels(unittest.TestCase):
+  """codegen/tuple_order.py's labels order as upstream's tuplize does, equal where it is equal, on graphs made to tie deep down (lanes
+  of one chain differing at a load), with labels spread out again when their gaps run out; a uop over a NaN const has none and is
+  compared by its tuple; the linearizer's order is upstream's sort's; two args that don't compare leave it to upstream's sort"""
+  def check(self, lst:list[UOp], unlabelled:int=0):
+    from tinygrad.codegen.tuple_order import tuple_labels, ideal_order
+    label = tuple_labels(lst)
+    self.assertIsNotNone(label)
+    self.assertEqual(len(lst) - len(label), unlabelled)
+    for u in label:
+      for v in list(label)[::7]:
+        self.assertEqual(label[u] < label[v], u.tuplize < v.tuplize)
+        self.assertEqual(label[u] == label[v], u.tuplize == v.tuplize)
+    for key in (lambda u: (0, 0, None), lambda u: (len(u.src), 0, None), lambda u: (u.op is Ops.CONST, -1, None)):
+      with Context(TUPLE_LABELS=0): want = ideal_order(lst, key, True)
+      self.assertEqual(list(ideal_order(lst, key, True)), list(want))
+
+  def lanes(self, n:int, depth:int, nan:bool=False) -> list[UOp]:
+    buf = UOp.placeholder((n,), dtypes.float32, 0)
+    outs = []
+    for i in range(n):
+      x = buf.index(UOp.const(n - 1 - i, dtypes.weakint)).load()
+      for d in range(depth): x = (x * (d % 3 + 1)).sin() if d % 5 == 0 else x + x * 0.5
+      outs.append(x.ne(x).where(UOp.const(float("nan"), dtypes.float32), x) if nan else x)
+    return list(UOp.sink(*outs, UOp.const(1.0, dtypes.float32).rtag(1), UOp.const(1.0, dtypes.float32), UOp.const(-0.0, dtypes.float32),
+                         UOp.const(0.0, dtypes.float32)).toposort())
+
+  def test_lanes(self): self.check(self.lanes(8, 60))
+
+  def test_gaps_run_out(self):
+    from tinygrad.codegen import tuple_order as to
+    with unittest.mock.patch.object(to, "_GAP", 4): self.check(self.lanes(6, 40))
+
+  def test_nan(self): self.check(self.lanes(8, 30, nan=True), unlabelled=1 + 8 + 1)   # the NaN, each lane's WHERE, the SINK
+
+  def test_args_that_dont_compare(self):
+    from tinygrad.codegen.tuple_order import tuple_labels
+    self.assertIsNone(tuple_labels([UOp(Ops.NOOP, dtypes.void, arg=1), UOp(Ops.NOOP, dtypes.void, arg="a")]))
+
 if __name__ == "__main__":
   unittest.main()
