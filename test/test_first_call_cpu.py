@@ -824,7 +824,8 @@ class TestCodegenCost3(TestQuickPasses):
       for quick in (False, True):
         with Context(DECOMP_TEMPLATES=0, TUPLE_LABELS=0): full_sink, full_src, full_passes = self.render(ast, quick)
         dt._templates.clear()
-        with Context(DECOMP_TEMPLATES=1, TUPLE_LABELS=1), unittest.mock.patch.object(to, "tuple_labels", counting_l):
+        with Context(DECOMP_TEMPLATES=1, TUPLE_LABELS=1), unittest.mock.patch.object(to, "tuple_labels", counting_l), \
+             unittest.mock.patch.object(to, "LABELS_MIN_UOPS", 0):   # these kernels are smaller than the labels' threshold
           sink, src, passes = self.render(ast, quick)
         built[0] += len(dt._templates)
         self.assertIs(sink, full_sink)
@@ -882,9 +883,10 @@ class TestTupleLabels(unittest.TestCase):
       for v in list(label)[::7]:
         self.assertEqual(label[u] < label[v], u.tuplize < v.tuplize)
         self.assertEqual(label[u] == label[v], u.tuplize == v.tuplize)
+    from tinygrad.codegen import tuple_order as to
     for key in (lambda u: (0, 0, None), lambda u: (len(u.src), 0, None), lambda u: (u.op is Ops.CONST, -1, None)):
       with Context(TUPLE_LABELS=0): want = ideal_order(lst, key, True)
-      self.assertEqual(list(ideal_order(lst, key, True)), list(want))
+      with unittest.mock.patch.object(to, "LABELS_MIN_UOPS", 0): self.assertEqual(list(ideal_order(lst, key, True)), list(want))
 
   def lanes(self, n:int, depth:int, nan:bool=False) -> list[UOp]:
     buf = UOp.placeholder((n,), dtypes.float32, 0)
