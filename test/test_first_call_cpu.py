@@ -807,32 +807,25 @@ class TestCodegenCost2(TestQuickPasses):
 
 @skip_unless('codegen-cost-3')
 class TestCodegenCost3(TestQuickPasses):
-  """codegen/decomp_templates.py: a transcendental's decomposition built once on placeholders and rebuilt on each lane's sources;
-  codegen/tuple_order.py: the linearizer's ties broken by labels that order as tuplize does. The sink is the one built directly
-  (DECOMP_TEMPLATES=0) and the rendered source the one of upstream's sort (TUPLE_LABELS=0), for TestQuickPasses' kernels (W1..W6-like,
+  """codegen/decomp_templates.py: a transcendental's decomposition built once on placeholders and rebuilt on each lane's sources; the
+  sink, so the rendered source, is the one built directly (DECOMP_TEMPLATES=0), for TestQuickPasses' kernels (W1..W6-like,
   transcendentals, pads, a gather, half and long, full and quick builds), a matmul tile for each ISA (forced, not the host's), the
-  W4-like batch of sin and cos as vector lanes in float32 and float64"""
+  W4-like batch of sin and cos as vector lanes in float32 and float64, float64's exp and log"""
   TEMPLATED = ('test_transcendental', 'test_sin_cos_lanes', 'test_exp_log_f64')
   def check_same(self, f, *args_np):
-    from tinygrad.codegen import decomp_templates as dt, tuple_order as to
+    from tinygrad.codegen import decomp_templates as dt
     # templates counted by what they cache (a pattern's function is compiled with a copy of its globals: a patch of templated is unseen)
-    built, labelled, orig_l = [0], [0], to.tuple_labels
-    def counting_l(lst):
-      labelled[0] += (ret:=orig_l(lst)) is not None
-      return ret
+    built = 0
     for ast in self.kernels(f, *args_np):
       for quick in (False, True):
-        with Context(DECOMP_TEMPLATES=0, TUPLE_LABELS=0): full_sink, full_src, full_passes = self.render(ast, quick)
+        with Context(DECOMP_TEMPLATES=0): full_sink, full_src, full_passes = self.render(ast, quick)
         dt._templates.clear()
-        with Context(DECOMP_TEMPLATES=1, TUPLE_LABELS=1), unittest.mock.patch.object(to, "tuple_labels", counting_l), \
-             unittest.mock.patch.object(to, "LABELS_MIN_UOPS", 0):   # these kernels are smaller than the labels' threshold
-          sink, src, passes = self.render(ast, quick)
-        built[0] += len(dt._templates)
+        with Context(DECOMP_TEMPLATES=1): sink, src, passes = self.render(ast, quick)
+        built += len(dt._templates)
         self.assertIs(sink, full_sink)
         self.assertEqual(src, full_src)
         self.assertEqual(passes, full_passes)
-    self.assertGreater(labelled[0], 0, "no linearize took the labels")
-    if self._testMethodName in self.TEMPLATED: self.assertGreater(built[0], 0, "no decomposition from a template")
+    if self._testMethodName in self.TEMPLATED: self.assertGreater(built, 0, "no decomposition from a template")
 
   def test_matmul(self):   # the register tile of each ISA: AVX2's 4x16 in ymm, AVX-512's 8x16 in zmm (forced, not the host's)
     import tinygrad.codegen.late.cpu_vectors as cpu_vectors
@@ -857,7 +850,7 @@ class TestCodegenCost3(TestQuickPasses):
   def test_template_is_direct(self):   # each decomposition alone, on lanes of loads and on an expression: the UOps built directly
     from tinygrad.codegen import decomp_templates as dt
     from tinygrad.codegen.decomp import transcendental as T
-    from tinygrad.uop.ops import KernelInfo
+    dt._templates.clear()
     for dtype in (dtypes.float32, dtypes.float64, dtypes.float16):
       buf = UOp.placeholder((8,), dtype, 0)
       lanes = [buf.index(UOp.const(i, dtypes.weakint)).load() for i in range(3)]
@@ -867,48 +860,9 @@ class TestCodegenCost3(TestQuickPasses):
         for a in args:
           with Context(DECOMP_TEMPLATES=0): want = fxn(*a)
           self.assertIs(dt.templated(fxn, *a), want)
+    self.assertEqual(len(dt._templates), 3 * 4)   # each function and dtype's template, built once
     c = UOp.const(3.0, dtypes.float32)   # a CONST: built directly
     self.assertIs(dt.templated(T.xsin, c), T.xsin(c))
-
-class TestTupleLabels(unittest.TestCase):
-  """codegen/tuple_order.py's labels order as upstream's tuplize does, equal where it is equal, on graphs made to tie deep down (lanes
-  of one chain differing at a load), with labels spread out again when their gaps run out; a uop over a NaN const has none and is
-  compared by its tuple; the linearizer's order is upstream's sort's; two args that don't compare leave it to upstream's sort"""
-  def check(self, lst:list[UOp], unlabelled:int=0):
-    from tinygrad.codegen.tuple_order import tuple_labels, ideal_order
-    label = tuple_labels(lst)
-    self.assertIsNotNone(label)
-    self.assertEqual(len(lst) - len(label), unlabelled)
-    for u in label:
-      for v in list(label)[::7]:
-        self.assertEqual(label[u] < label[v], u.tuplize < v.tuplize)
-        self.assertEqual(label[u] == label[v], u.tuplize == v.tuplize)
-    from tinygrad.codegen import tuple_order as to
-    for key in (lambda u: (0, 0, None), lambda u: (len(u.src), 0, None), lambda u: (u.op is Ops.CONST, -1, None)):
-      with Context(TUPLE_LABELS=0): want = ideal_order(lst, key, True)
-      with unittest.mock.patch.object(to, "LABELS_MIN_UOPS", 0): self.assertEqual(list(ideal_order(lst, key, True)), list(want))
-
-  def lanes(self, n:int, depth:int, nan:bool=False) -> list[UOp]:
-    buf = UOp.placeholder((n,), dtypes.float32, 0)
-    outs = []
-    for i in range(n):
-      x = buf.index(UOp.const(n - 1 - i, dtypes.weakint)).load()
-      for d in range(depth): x = (x * (d % 3 + 1)).sin() if d % 5 == 0 else x + x * 0.5
-      outs.append(x.ne(x).where(UOp.const(float("nan"), dtypes.float32), x) if nan else x)
-    return list(UOp.sink(*outs, UOp.const(1.0, dtypes.float32).rtag(1), UOp.const(1.0, dtypes.float32), UOp.const(-0.0, dtypes.float32),
-                         UOp.const(0.0, dtypes.float32)).toposort())
-
-  def test_lanes(self): self.check(self.lanes(8, 60))
-
-  def test_gaps_run_out(self):
-    from tinygrad.codegen import tuple_order as to
-    with unittest.mock.patch.object(to, "_GAP", 4): self.check(self.lanes(6, 40))
-
-  def test_nan(self): self.check(self.lanes(8, 30, nan=True), unlabelled=1 + 8 + 1)   # the NaN, each lane's WHERE, the SINK
-
-  def test_args_that_dont_compare(self):
-    from tinygrad.codegen.tuple_order import tuple_labels
-    self.assertIsNone(tuple_labels([UOp(Ops.NOOP, dtypes.void, arg=1), UOp(Ops.NOOP, dtypes.void, arg="a")]))
 
 if __name__ == "__main__":
   unittest.main()
