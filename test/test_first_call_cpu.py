@@ -813,5 +813,64 @@ class TestCodegenCost2(TestQuickPasses):
     self.assertTrue(resolve(v < 5))   # not proven: the default
     self.assertFalse(resolve(v < 5, False))
 
+@skip_unless('codegen-cost-3')
+class TestCodegenCost3(TestQuickPasses):
+  """codegen/decomp_templates.py: a transcendental's decomposition built once on placeholders and rebuilt on each lane's sources; the
+  sink, so the rendered source, is the one built directly (DECOMP_TEMPLATES=0), for TestQuickPasses' kernels (W1..W6-like,
+  transcendentals, pads, a gather, half and long, full and quick builds), a matmul tile for each ISA (forced, not the host's), the
+  W4-like batch of sin and cos as vector lanes in float32 and float64, float64's exp and log"""
+  TEMPLATED = ('test_transcendental', 'test_sin_cos_lanes', 'test_exp_log_f64')
+  def check_same(self, f, *args_np):
+    from tinygrad.codegen import decomp_templates as dt
+    # templates counted by what they cache (a pattern's function is compiled with a copy of its globals: a patch of templated is unseen)
+    built = 0
+    for ast in self.kernels(f, *args_np):
+      for quick in (False, True):
+        with Context(DECOMP_TEMPLATES=0): full_sink, full_src, full_passes = self.render(ast, quick)
+        dt._templates.clear()
+        with Context(DECOMP_TEMPLATES=1): sink, src, passes = self.render(ast, quick)
+        built += len(dt._templates)
+        self.assertIs(sink, full_sink)
+        self.assertEqual(src, full_src)
+        self.assertEqual(passes, full_passes)
+    if self._testMethodName in self.TEMPLATED: self.assertGreater(built, 0, "no decomposition from a template")
+
+  def test_matmul(self):   # the register tile of each ISA: AVX2's 4x16 in ymm, AVX-512's 8x16 in zmm (forced, not the host's)
+    import tinygrad.codegen.late.cpu_vectors as cpu_vectors
+    a, b = self.rng.standard_normal((64, 40)).astype(np.float32), self.rng.standard_normal((40, 48)).astype(np.float32)
+    for vector_bytes in (32, 64):
+      with self.subTest(vector_bytes=vector_bytes), unittest.mock.patch.object(cpu_vectors, "tile_vector_bytes", lambda: vector_bytes):
+        self.check_same(lambda A, B: A @ B, a, b)
+
+  def test_sin_cos_lanes(self):   # W4-like: sin and cos of a batch's angles, the batch upcast to vector lanes, a cold branch each
+    from tinygrad.vmap import vmap
+    for dt, hi in ((np.float32, 3e4), (np.float64, 1e5)):
+      x = self.rng.uniform(-hi, hi, (256, 3)).astype(dt)
+      def f(X):
+        if isinstance(X, Tensor): return vmap(lambda r: Tensor.stack(r[0].sin() * 2, r[1].cos() - r[2].sin(), r[2].cos()))(X)
+        return np.stack([np.sin(X[:, 0]) * 2, np.cos(X[:, 1]) - np.sin(X[:, 2]), np.cos(X[:, 2])], 1)
+      with self.subTest(dtype=dt.__name__): self.check_same(f, x)
+
+  def test_exp_log_f64(self):   # float64's exp2 and log2 decompositions, their own templates
+    x = self.rng.uniform(0.1, 20, (40, 5))
+    self.check_same(lambda X: (X * 0.3).exp() - (X + 1).log() if isinstance(X, Tensor) else np.exp(X * 0.3) - np.log(X + 1), x)
+
+  def test_template_is_direct(self):   # each decomposition alone, on lanes of loads and on an expression: the UOps built directly
+    from tinygrad.codegen import decomp_templates as dt
+    from tinygrad.codegen.decomp import transcendental as T
+    dt._templates.clear()
+    for dtype in (dtypes.float32, dtypes.float64, dtypes.float16):
+      buf = UOp.placeholder((8,), dtype, 0)
+      lanes = [buf.index(UOp.const(i, dtypes.weakint)).load() for i in range(3)]
+      srcs = [*lanes, lanes[0] * lanes[1] + 2]
+      for fxn, args in [(T.xsin, [(s,) for s in srcs]), (T.xexp2, [(s,) for s in srcs]), (T.xlog2, [(s,) for s in srcs]),
+                        (dt._xsin_cos, [(s, t) for s, t in zip(srcs, srcs[1:])])]:
+        for a in args:
+          with Context(DECOMP_TEMPLATES=0): want = fxn(*a)
+          self.assertIs(dt.templated(fxn, *a), want)
+    self.assertEqual(len(dt._templates), 3 * 4)   # each function and dtype's template, built once
+    c = UOp.const(3.0, dtypes.float32)   # a CONST: built directly
+    self.assertIs(dt.templated(T.xsin, c), T.xsin(c))
+
 if __name__ == "__main__":
   unittest.main()
