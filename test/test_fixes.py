@@ -177,6 +177,15 @@ class TestFixes(unittest.TestCase):
       with self.subTest(dtype=np.dtype(dt).name):
         np.testing.assert_allclose(Tensor(x).cos().numpy(), np.cos(x.astype(np.float64)), atol=1e-6)
 
+  def test_cos_of_a_scaled_argument(self):
+    # fix-cos-large-arguments: cos(x*k) reached the decomposition as SIN(pi/2 + x*-k) (symbolic folds -1*(x*k)), which it didn't know as
+    # a cos: pi/2 + x*-k rounded to float32's precision of 1e5 and cos was off by ~2e-2 (sin of the same argument: 1e-7)
+    x = (rand(64, seed=3) * 1.7 + 0.3).astype(np.float32)
+    for k in (1e5, -3e3, 0.5):
+      with self.subTest(k=k):
+        want = np.cos((x * np.float32(k)).astype(np.float64))
+        np.testing.assert_allclose((Tensor(x) * k).cos().numpy(), want, atol=1e-6)
+
   def test_view_of_a_folded_contiguous_reads(self):
     # fix-view-of-folded-contiguous: realize folds a CONTIGUOUS of a view that covers the whole buffer (here a permute of size-1 axes)
     # into that view but leaves the CONTIGUOUS in the tensor; reading a view on top of it raised "non-contiguous view is not supported"
