@@ -340,9 +340,15 @@ class TestErrors(VmapTestCase):
     # clone is an assign to an empty buffer: the tangent is the value's
     x, t = rand(3), rand(3)
     self.assert_close(jvp(lambda x: Tensor.empty(3, dtype=dtypes.float64).assign(x*2), (Tensor(x),), (Tensor(t),))[1].numpy(), 2*t)
-  def test_bitcast_nonzero_tangent(self):
+  def test_bitcast_to_float_nonzero_tangent(self):
     with self.assertRaisesRegex(NotImplementedError, "no tangent for Ops.BITCAST"):
-      jvp(lambda x: x.bitcast(dtypes.int64), (Tensor(rand(3)),), (Tensor(rand(3)),))
+      jvp(lambda x: x.bitcast(dtypes.float32), (Tensor(rand(4)),), (Tensor(rand(4)),))
+  def test_bitcast_to_int_is_zero(self):
+    # integer bits of a float are piecewise constant, as a cast to int: a zero tangent of the output's dtype (JAX's float0)
+    y, dy = jvp(lambda x: x.bitcast(dtypes.int64), (Tensor(x:=rand(3)),), (Tensor(rand(3)),))
+    np.testing.assert_equal(y.numpy(), x.view(np.int64))
+    self.assertEqual(dy.dtype, dtypes.int64)
+    np.testing.assert_equal(dy.numpy(), np.zeros(3, np.int64))
   def test_bitcast_zero_tangent(self):
     _, dy = jvp(lambda x, y: x.bitcast(dtypes.int64).cast(dtypes.float64)*0 + y, (Tensor(rand(3)), Tensor(rand(3))), (None, Tensor(np.ones(3))))
     np.testing.assert_equal(dy.numpy(), np.ones(3))

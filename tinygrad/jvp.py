@@ -54,7 +54,10 @@ def _linear_jvp(ctx, ret):
   if ret.op is Ops.CONTIGUOUS and ctx[0].device is None: return ctx[0]
   return UOp(ret.op, ctx[0].dtype, (ctx[0],)+ret.src[1:], ret.arg)
 def _cast_jvp(ctx, ret): return ctx[0].cast(ret.dtype) if dtypes.is_float(ret.dtype) else None
-def _bitcast_jvp(ctx, ret): _no_tangent(ret.op, "reinterpreting the bits of a value with a nonzero tangent is not differentiable")
+def _bitcast_jvp(ctx, ret):
+  # integer/bool bits of a float are piecewise constant: a zero tangent, as a cast to int (JAX's float0; gradient.py's bitcast gives None)
+  if not dtypes.is_float(ret.dtype): return None
+  _no_tangent(ret.op, "reinterpreting the bits of a value with a nonzero tangent as another float is not differentiable")
 def _neg_jvp(ctx, ret): return -ctx[0]
 def _reciprocal_jvp(ctx, ret): return -ctx[0] * ret * ret
 def _sqrt_jvp(ctx, ret): return ctx[0] / (ret*2)
