@@ -297,6 +297,12 @@ class TestPiecewiseConstant(VmapTestCase):
       with self.subTest(jac=jac.__name__):
         got = jac(lambda a: a.floor() + a.ceil() * a + a.round() + a % 1.5)(Tensor(self.X)).numpy()
         self.assert_close(got, np.diag(np.ceil(self.X) + 1))
+  def test_int_output_jacobians(self):
+    # as JAX's: jacfwd of an integer output is its zero Jacobian, of its dtype; jacrev has no cotangent to pull back, a TypeError
+    J = jacfwd(lambda a: a.argmax())(Tensor(self.X))
+    self.assertEqual((J.shape, J.dtype), ((4,), dtypes.int32))
+    np.testing.assert_equal(J.numpy(), np.zeros(4, np.int32))
+    with self.assertRaisesRegex(TypeError, "jacrev requires float outputs"): jacrev(lambda a: a > 0)(Tensor(self.X))
   def test_backward_through_floor(self):
     x = param(self.X)
     (x.floor() * x).sum().backward()

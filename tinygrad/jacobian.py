@@ -109,6 +109,8 @@ def jacrev(fn:Callable, argnums:int|tuple[int, ...]=0, has_aux:bool=False) -> Ca
     with tracing(xs): out, aux = _split_aux(fn(*_replace_arg_leaves(args, nums, xs), **kwargs), has_aux, "jacrev")
     def jacobian_of_output(y):
       if not isinstance(y, Tensor): raise TypeError(f"jacrev: fn must return Tensors, got {type(y).__name__}")
+      # as JAX's jacrev: an integer or bool output has no cotangent to pull back (jacfwd gives its zero Jacobian)
+      if not dtypes.is_float(y.dtype): raise TypeError(f"jacrev requires float outputs, got one of {y.dtype} (jacfwd gives its zero Jacobian)")
       def vjp(ct:Tensor): return _gradient(y, xs, ct.reshape(y.shape).cast(y.dtype))
       grads = vmap(lambda ct, *_: vjp(ct), in_axes=(0,)+(None,)*len(xs))(_eye(y.numel(), y.dtype, y.device), *xs)   # xs: as in jacfwd
       return _per_argument(args, nums, argnums, [g.reshape(y.shape + x.shape) for x,g in zip(xs, grads)])

@@ -44,7 +44,7 @@ def reduce_tangent(t:UOp, ret:UOp, op:Ops, red:Callable[..., UOp]) -> UOp:
 # *** the tangent rules, one per op (JAX's primitive_jvps): rule(ctx, ret) is the tangent of the node ret from ctx, the tangents of its
 # srcs (None: zero). A rule is only called when one of them is nonzero ***
 
-# piecewise constant or integer/bool valued ops
+# piecewise constant or integer/bool valued ops. A bitcast's tangent is zero too, as JAX's and gradient.py's (which gives None)
 def _zero_jvp(ctx, ret): return None
 # linear and structural ops: the same op, with ret's arg and other srcs, on the tangent. VMAPIN/VMAPOUT keep their vargs: the tangent of
 # a value inside a scope is inside the same scope
@@ -54,7 +54,6 @@ def _linear_jvp(ctx, ret):
   if ret.op is Ops.CONTIGUOUS and ctx[0].device is None: return ctx[0]
   return UOp(ret.op, ctx[0].dtype, (ctx[0],)+ret.src[1:], ret.arg)
 def _cast_jvp(ctx, ret): return ctx[0].cast(ret.dtype) if dtypes.is_float(ret.dtype) else None
-def _bitcast_jvp(ctx, ret): _no_tangent(ret.op, "reinterpreting the bits of a value with a nonzero tangent is not differentiable")
 def _neg_jvp(ctx, ret): return -ctx[0]
 def _reciprocal_jvp(ctx, ret): return -ctx[0] * ret * ret
 def _sqrt_jvp(ctx, ret): return ctx[0] / (ret*2)
@@ -107,9 +106,9 @@ def _ops(*names:str) -> list[Ops]:
 # the table, as JAX's primitive_jvps: the tangent rule of each op
 primitive_jvps: dict[Ops, Callable[[tuple[UOp|None, ...], UOp], UOp|None]] = {
   **dict.fromkeys(_ops("CMPLT", "CMPNE", "CMPEQ", "IDIV", "MOD", "CDIV", "CMOD", "FLOORDIV", "FLOORMOD", "AND", "OR", "XOR", "SHL", "SHR",
-                       "THREEFRY", "TRUNC", "DETACH"), _zero_jvp),
+                       "THREEFRY", "TRUNC", "DETACH", "BITCAST"), _zero_jvp),
   **dict.fromkeys((*GroupOp.Movement, *GroupOp.VMap, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY), _linear_jvp),
-  Ops.CAST: _cast_jvp, Ops.BITCAST: _bitcast_jvp,
+  Ops.CAST: _cast_jvp,
   Ops.NEG: _neg_jvp, Ops.RECIPROCAL: _reciprocal_jvp, Ops.SQRT: _sqrt_jvp, Ops.EXP2: _exp2_jvp, Ops.LOG2: _log2_jvp, Ops.SIN: _sin_jvp,
   Ops.ADD: _add_jvp, Ops.SUB: _sub_jvp, Ops.MUL: _mul_jvp, Ops.FDIV: _fdiv_jvp, Ops.MAX: _max_jvp, Ops.POW: _pow_jvp, Ops.WHERE: _where_jvp,
   Ops.REDUCE: _reduce_jvp,
