@@ -3,14 +3,21 @@ upstream's tests"); values against numpy.
 - One Variable bound to several values in one schedule (vmap-chunks): vanilla 0.14.0 raises "bind mismatch on i", which upstream's
   test_stunning `test_indexing_two_bind` and test_assign `TestAssignOrdering::test_variable_slice_ordering` expect; the fork gives each
   CALL its own value. The error stays where a value would be wrong: a TinyJit input bound to several values (a replay keeps them).
-- test_symbolic_jit `TestSymbolicJit::test_attention` (fix-variable-not-a-buffer): 4 kernels where vanilla 0.14.0 runs 5 (0.12: 4)."""
+- test_symbolic_jit `TestSymbolicJit::test_attention` (fix-variable-not-a-buffer): 4 kernels where vanilla 0.14.0 runs 5 (0.12: 4).
+- test/null/test_memory_coalescing `TestFloat4::test_float4_multidim` and `test_float4_multidim_unaligned_load` (cpu-codegen): an axis
+  upcast by 8 on clang loads and stores as float8, one AVX register, where upstream counts two float4s."""
 import unittest
 from tinygrad.fork_line import LINE_012
 if LINE_012: raise unittest.SkipTest("the 0.14 line's departures from upstream's tests (0.12 materialized here)")
 import numpy as np
+from dataclasses import replace
 from fork_topics import skip_unless
-from tinygrad import Tensor, Variable, TinyJit, GlobalCounters
+from tinygrad import Tensor, Variable, TinyJit, GlobalCounters, Device
 from tinygrad.uop.ops import Ops
+from tinygrad.codegen import to_program
+from tinygrad.codegen.opt import Opt, OptOps
+from tinygrad.engine.realize import run_linear
+from tinygrad.renderer.cstyle import ClangRenderer
 
 A = np.arange(1000).reshape(100, 10)
 def arange_rows() -> Tensor: return Tensor.arange(1000).reshape(100, 10).contiguous()
@@ -113,6 +120,34 @@ class TestSymbolicAttention(unittest.TestCase):
       np.testing.assert_allclose(out, attention_np(Q, K[:, :n], V[:, :n]), atol=1e-6, rtol=1e-5)
       if jf.captured is not None: self.assertEqual(GlobalCounters.kernel_count, 4)
     self.assertEqual(len([c for c in jf.captured.linear.src if c.op is Ops.CALL and c.src[0].op is Ops.PROGRAM]), 4)
+
+@skip_unless("cpu-codegen")
+@unittest.skipUnless(isinstance(Device[Device.DEFAULT].renderer, ClangRenderer), "clang's AVX-wide loads and stores")
+class TestCoalesceToOneRegister(unittest.TestCase):
+  # upstream's test/null/test_memory_coalescing TestFloat4: an axis of 8 upcast by 4 and by 2 counts (4, 2) float4 loads and stores,
+  # (0, 2) where the loads are unaligned; on clang the fork coalesces up to one AVX register (float8), and computes the same values
+  def _run(self, A:np.ndarray, B:np.ndarray, shrink, opts:tuple[Opt, ...]) -> list[tuple]:
+    c = Tensor(A).realize().shrink(shrink) + Tensor(B).realize().shrink(shrink)
+    linear = c.schedule_linear()
+    call = linear.src[0]
+    ast = call.src[0].replace(arg=replace(call.src[0].arg, opts_to_apply=opts))
+    uops = to_program(ast, Device[Device.DEFAULT].renderer).src[1].src
+    run_linear(linear.replace(src=(call.replace(src=(ast,)+call.src[1:]),)))
+    sl = tuple(slice(*s) for s in shrink)
+    np.testing.assert_equal(c.numpy(), A[sl] + B[sl])
+    return [(u.op, u.shape if u.op is Ops.LOAD else u.src[1].shape) for u in uops if u.op in (Ops.LOAD, Ops.STORE)]
+
+  def test_float4_multidim(self):
+    rng = np.random.default_rng(0)
+    A, B = rng.random((2, 8), dtype=np.float32), rng.random((2, 8), dtype=np.float32)
+    got = self._run(A, B, ((0, 2), (0, 8)), (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 0, 2)))
+    self.assertEqual(got, [(Ops.LOAD, (8,)), (Ops.LOAD, (8,)), (Ops.STORE, (8,))])
+
+  def test_float4_multidim_unaligned_load(self):
+    rng = np.random.default_rng(1)
+    A, B = rng.random((2, 9), dtype=np.float32), rng.random((2, 9), dtype=np.float32)
+    got = self._run(A, B, ((0, 2), (1, 9)), (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 1, 2)))
+    self.assertEqual(got, [(Ops.LOAD, ())]*16 + [(Ops.STORE, (8,))])   # unaligned: scalar loads, one float8 store
 
 if __name__ == "__main__":
   unittest.main()

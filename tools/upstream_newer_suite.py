@@ -4,7 +4,8 @@ vanilla 0.14.0 and on this fork, and compares outcomes per test id (subtests too
 under SCRATCH/test/{null,unit,backend}/ yourself. This tool lays out the rest of SCRATCH: vanilla 0.14.0 unzipped from the pinned wheel,
 a conftest.py with the one shim both trees get (the newer suite writes UOp.const(dtype, value), 0.14.0 UOp.const(value, dtype)), a
 test/helpers.py of our own (upstream's stored one is older than 0.14) and empty examples/ and extra/ stubs.
-  python3 tools/upstream_newer_suite.py SCRATCH [FILE ...]    (FILE relative to SCRATCH; default: every test/*/test_*.py there)
+  python3 tools/upstream_newer_suite.py [-n N] SCRATCH [FILE ...]    (FILE relative to SCRATCH; default: every test/*/test_*.py there;
+  -n N: pytest-xdist workers per file, 2 at most on a shared machine)
 A test that passes on vanilla and fails on the fork is printed as REGRESSION; `make fork` (0.14.0) first."""
 import sys, os, glob, zipfile, subprocess, collections, xml.etree.ElementTree as ET
 from pathlib import Path
@@ -55,13 +56,13 @@ def layout(scratch:Path):
   for f, name in (("examples/gpt2.py", "Transformer"), ("extra/models/unet.py", "ResBlock")):
     if not (scratch/f).exists(): (scratch/f).write_text(f"{name} = None  # stub\n")
 
-def run(scratch:Path, tree:str, f:str) -> Path:
+def run(scratch:Path, tree:str, f:str, workers:int=0) -> Path:
   out = scratch/"res"/tree/f.replace("/", "_").removesuffix(".py")
   out.parent.mkdir(parents=True, exist_ok=True)
   env = {**os.environ, "DEV": "CPU", "PYTHONPATH": f"{scratch/'vanilla' if tree == 'vanilla' else ROOT}{os.pathsep}{scratch}"}
   with open(f"{out}.log", "w") as log:
     subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "timeout", "--timeout", "120", "-q", "-rA", f,
-                    "-o", "junit_family=xunit1", f"--junitxml={out}.xml"], cwd=scratch, env=env, stdout=log, stderr=subprocess.STDOUT)
+                    "-o", "junit_family=xunit1", f"--junitxml={out}.xml", *(["-n", str(workers)] if workers else [])], cwd=scratch, env=env, stdout=log, stderr=subprocess.STDOUT)
   return out
 
 def outcomes(out:Path) -> dict[str, str]:
@@ -76,12 +77,14 @@ def outcomes(out:Path) -> dict[str, str]:
   return res
 
 if __name__ == "__main__":
-  scratch = Path(sys.argv[1]).resolve()
+  args, workers = sys.argv[1:], 0
+  if args[:1] == ["-n"]: workers, args = int(args[1]), args[2:]
+  scratch = Path(args[0]).resolve()
   layout(scratch)
-  files = sys.argv[2:] or sorted(str(p.relative_to(scratch)) for p in scratch.glob("test/*/test_*.py"))
+  files = args[1:] or sorted(str(p.relative_to(scratch)) for p in scratch.glob("test/*/test_*.py"))
   tot, regs = {t: collections.Counter() for t in ("vanilla", "fork")}, []
   for f in files:
-    van, fork = outcomes(run(scratch, "vanilla", f)), outcomes(run(scratch, "fork", f))
+    van, fork = outcomes(run(scratch, "vanilla", f, workers)), outcomes(run(scratch, "fork", f, workers))
     for t, r in (("vanilla", van), ("fork", fork)): tot[t].update(v.split()[0] for v in r.values())
     nsub = lambda r, k: int(r.get(k, "fail x0").split("x")[1])
     regs += [f"{f} {k}: vanilla pass, fork {fork.get(k, 'missing')}" for k, v in van.items() if v == "pass" and fork.get(k) != "pass"]
