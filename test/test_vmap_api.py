@@ -356,6 +356,19 @@ class TestJitCallCost(VmapTestCase):
     for i in (2, 3, 2, 3, 3): self.assert_close(jf(views[i])[:, :i].numpy(), a[:, :i]+1)
     self.assertEqual(jf.input_cache.hits, 1)   # the last call: the view of the call before, bound to the same value
 
+  def test_input_on_another_device_copied_in(self):
+    # upstream's test_slice_copy test_jit_rebinds_new_buffers: a replay mapped every input into each kernel's device, a PYTHON one too
+    @TinyJit
+    def write(a:Tensor, b:Tensor): a[5:13].assign(b[7:15].to(a.device)).realize()
+    held = []
+    for i in range(5):
+      av, bv = np.full(32, -100.-i, dtype=np.float32), np.arange(32, dtype=np.float32)+1000*i
+      a, b = Tensor(av.copy()).realize(), Tensor(bv.copy(), device="PYTHON").realize()
+      write(a, b)
+      av[5:13] = bv[7:15]
+      held.append((a, av))
+    for a, av in held: np.testing.assert_equal(a.numpy(), av)
+
   @unittest.skipUnless(Device.DEFAULT == "CPU", "CPULaunch is the CPU's (make test's emulator rerun and test-cl run this file on PYTHON, CL)")
   def test_cpu_kernels_launch_from_kept_args(self):
     from tinygrad.device import Buffer

@@ -52,15 +52,17 @@ def replay(plan:list[KernelStep|UOp], linear:UOp, var_vals:dict[str, int], input
   in_bufs: list[Any] = [u.buffer for u in inputs]
   if not all(isinstance(b, Buffer) for b in in_bufs): return run_linear(linear, var_vals, input_uops=inputs, jit=True)  # sharded inputs
   ctx: ExecContext|None = None
-  in_addrs: dict[str, list[int]] = {}   # per device, each input's address: a CPU kernel's launch needs those alone
+  in_addrs: dict[str, list[Any]] = {}   # per device, each input's address: a CPU kernel's launch needs those alone
   for step in plan:
     if step.__class__ is not KernelStep:
       if ctx is None: ctx = ExecContext(var_vals, inputs, True, True, False)
       track_stats(ctx, step, perf_counter_us(), pm_exec.rewrite(step, ctx))
       continue
     if (fast:=step.fast) is not None and fast.valid():
-      if (addrs:=in_addrs.get(step.device)) is None:
-        addrs = in_addrs[step.device] = [b.ensure_allocated().get_buf(step.device).va_addr for b in in_bufs]
+      if (addrs:=in_addrs.get(step.device)) is None: addrs = in_addrs[step.device] = [None]*len(in_bufs)
+      # only the inputs this kernel reads: another input may be on a device this one can't map (a PYTHON buffer a copy reads)
+      for _,s in fast.slots:
+        if addrs[s] is None: addrs[s] = in_bufs[s].ensure_allocated().get_buf(step.device).va_addr
       fast(addrs)
       GlobalCounters.kernel_count += 1
       GlobalCounters.global_ops += fast.ops
