@@ -17,7 +17,7 @@ and checked against numpy in float64 (never timed):
 - (0.14) an elementwise kernel over rows of 5-7 floats takes 8 rows a step: n float8 loads and stores.
 
 The 0.12 line's other rules need its vector ALUs: test/test_cpu_codegen.py (bench/analysis.md)."""
-from fork_topics import skip_module_unless
+from fork_topics import skip_module_unless, skip_unless
 skip_module_unless('cpu-codegen|cpu-heuristics', 'cpu-codegen|cpu-cold-branch')   # 0.14's cpu-codegen, 0.12's topics of it
 import contextlib, math, platform, re, unittest, unittest.mock
 import numpy as np
@@ -316,6 +316,72 @@ class TestCPUVectorLanesScalar(unittest.TestCase):
           del ren.vector_lanes
           fresh_compile()
       with self.subTest(dtype=dt): np.testing.assert_allclose(got[0], got[1], rtol=tol, atol=tol)
+
+@unittest.skipIf(LINE_012, "0.14's vector_alus (the 0.12 line's codegen keeps every vector ALU)")
+@skip_unless("cpu-vector-alus")
+@unittest.skipUnless(Device.DEFAULT == "CPU", "the clang renderer's vector ALUs")
+class TestCPUVectorALUs(unittest.TestCase):
+  """(0.14, cpu-vector-alus) a batch upcast's arithmetic stays ops of shape (8,) from devectorize2 on (codegen/late/vector_alus.py): the
+  decompositions build sin/cos once, not once a lane; comparisons and WHEREs split into lanes in the final rewrite. VECTOR_ALUS=0 is
+  cpu-vector-lanes' scalar lanes, joined after linearizing; both against numpy, each ISA forced"""
+  def sink(self, on:int):
+    from tinygrad.codegen import full_rewrite_to_sink
+    with Context(VECTOR_ALUS=on, QUICK_OPTS=0):
+      return full_rewrite_to_sink(last_kernel(vmap(bicycle)(Tensor.empty(4096, 4), Tensor.empty(4096, 2))), Device["CPU"].renderer)
+
+  def test_one_copy_of_the_lanes(self):
+    from tinygrad.uop.ops import Ops
+    on, off = self.sink(1).toposort(), self.sink(0).toposort()
+    vec = [u for u in on if u.op in (Ops.MUL, Ops.ADD) and u._shape == (8,)]
+    self.assertGreater(len(vec), 40)   # Cody-Waite's reduction and the polynomials of th's and de's sin and cos, 8 lanes each
+    self.assertFalse([u for u in off if u.op in (Ops.MUL, Ops.ADD) and u._shape == (8,)])
+    self.assertLess(len(on), 0.8 * len(off))
+    # the lanes' compares are scalar (C has no _Bool vectors), the branch one per angle
+    self.assertFalse([u for u in on if u.dtype is dtypes.bool and u._shape not in (None, ())])
+
+  def test_against_numpy_both_ways(self):
+    for on in (1, 0):
+      for dt, npdt, rtol in ((dtypes.float32, np.float32, 2e-5), (dtypes.float64, np.float64, 1e-10)):
+        with self.subTest(VECTOR_ALUS=on, dtype=dt), Context(VECTOR_ALUS=on, PARALLEL=0):
+          fresh_compile()
+          S, U = bicycle_inputs(512, npdt)
+          got = vmap(bicycle)(Tensor(S, dtype=dt), Tensor(U, dtype=dt)).numpy()
+          np.testing.assert_allclose(got, bicycle_np(S.astype(np.float64), U.astype(np.float64)), rtol=rtol, atol=rtol)
+      with self.subTest(VECTOR_ALUS=on, fn="exp2 log2"), Context(VECTOR_ALUS=on, PARALLEL=0):
+        fresh_compile()
+        x = np.random.default_rng(7).uniform(0.01, 40, (256, 3)).astype(np.float32)
+        got = vmap(lambda r: Tensor.stack(r[0].exp2() * r[1].log2(), r[2].exp(), r[1].sin()))(Tensor(x)).numpy()
+        want = np.stack([np.exp2(x[:, 0].astype(np.float64)) * np.log2(x[:, 1].astype(np.float64)), np.exp(x[:, 2].astype(np.float64)),
+                         np.sin(x[:, 1].astype(np.float64))], 1)
+        np.testing.assert_allclose(got, want, rtol=3e-6, atol=1e-6)
+    fresh_compile()
+
+  @unittest.skipUnless(platform.machine() in ("x86_64", "AMD64"), "x86's vector registers")
+  def test_vector_form_for_avx2_and_avx512(self):
+    # float8 multiplies in the source, ymm multiplies and FMAs in each ISA's assembly (forced, whatever this machine has), 2 branches
+    with Context(VECTOR_ALUS=1, PARALLEL=0):
+      fresh_compile()
+      src = kernel_source(vmap(bicycle)(Tensor.empty(4096, 4), Tensor.empty(4096, 2)))
+    fresh_compile()
+    self.assertGreater(len(re.findall(r"\bfloat8 \w+ = \([^;]*\*", src)), 10)
+    self.assertEqual(len(re.findall(r"\bif \(", src)), 2)
+    self.assertNotIn("_Bool8", src)
+    for march in ("x86-64-v3", "x86-64-v4"):
+      with self.subTest(march=march):
+        asm = clang_assembly(src, march)
+        self.assertRegex(asm, r"vmulps\s+[^\n]*ymm")
+        self.assertRegex(asm, r"vfmadd\w*ps\s+[^\n]*ymm|vaddps\s+[^\n]*ymm")
+
+  def test_other_renderers_keep_upstreams_lanes(self):
+    # the gate: only a renderer with vector_lanes (clang's) keeps vector ALUs; OpenCL's, the Python emulator's split every ALU as upstream
+    from tinygrad.codegen.late.vector_alus import vector_alu_lanes
+    from tinygrad.renderer.cstyle import OpenCLRenderer
+    from tinygrad.runtime.ops_python import PythonRenderer
+    from tinygrad.codegen.opt.postrange import apply_opts
+    ast = apply_opts(last_kernel(vmap(bicycle)(Tensor.empty(4096, 4), Tensor.empty(4096, 2))), Device["CPU"].renderer)
+    self.assertEqual(vector_alu_lanes(ast, Device["CPU"].renderer), 8)
+    for ren in (OpenCLRenderer, PythonRenderer): self.assertEqual(vector_alu_lanes(ast, ren), 0)   # the class: its flags
+    with Context(VECTOR_ALUS=0): self.assertEqual(vector_alu_lanes(ast, Device["CPU"].renderer), 0)
 
 @unittest.skipIf(LINE_012, "0.14's cpu_odd_rows (scalar ALUs; the 0.12 line's rows are its vector ALUs')")
 @unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU renderer's heuristics")
