@@ -383,6 +383,52 @@ class TestCPUVectorALUs(unittest.TestCase):
     for ren in (OpenCLRenderer, PythonRenderer): self.assertEqual(vector_alu_lanes(ast, ren), 0)   # the class: its flags
     with Context(VECTOR_ALUS=0): self.assertEqual(vector_alu_lanes(ast, Device["CPU"].renderer), 0)
 
+  # a reduce's unrolled lanes (bench W5: pairwise distances, a 4x4 output tile unrolled by 4 over the reduce, 64 lanes) as a vertical reduce
+  @staticmethod
+  def dist(A:Tensor, B:Tensor) -> Tensor: return ((A[:, None] - B[None]) ** 2).sum(-1).sqrt()
+
+  def test_vertical_reduce_sink(self):
+    from tinygrad.codegen import full_rewrite_to_sink
+    from tinygrad.uop.ops import Ops
+    def sink(on:int):
+      with Context(VECTOR_ALUS=on, QUICK_OPTS=0):
+        return full_rewrite_to_sink(last_kernel(self.dist(Tensor.empty(256, 16), Tensor.empty(256, 16))), Device["CPU"].renderer).toposort()
+    on, off = sink(2), sink(1)
+    # each of the 4 unrolled steps one (16,) op of the output tile's lanes, added to the accumulators in the scalar code's order
+    self.assertGreaterEqual(len([u for u in on if u.op in (Ops.ADD, Ops.MUL) and u._shape == (16,)]), 9)
+    self.assertFalse([u for u in off if u.op in (Ops.ADD, Ops.MUL) and u._shape not in (None, ())])
+    self.assertLess(len(on), 0.8 * len(off))
+
+  def test_vertical_reduce_against_numpy(self):
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((200, 16)).astype(np.float32), rng.standard_normal((120, 16)).astype(np.float32)
+    want = np.sqrt(((a[:, None].astype(np.float64) - b[None]) ** 2).sum(-1))
+    got = {}
+    for on in (2, 1):
+      with self.subTest(VECTOR_ALUS=on), Context(VECTOR_ALUS=on, PARALLEL=0):
+        fresh_compile()
+        got[on] = self.dist(Tensor(a), Tensor(b)).numpy()
+        np.testing.assert_allclose(got[on], want, rtol=1e-5, atol=1e-6)
+    fresh_compile()
+    np.testing.assert_equal(got[2], got[1])   # the same sums in the same order
+
+  @unittest.skipUnless(platform.machine() in ("x86_64", "AMD64"), "x86's vector registers")
+  def test_vertical_reduce_isa(self):
+    # float16 ops in the source, built with AVX-512 only where the machine has it (forced here, not the host's): an AVX2 machine's kernel
+    # has no zmm; each unrolled step is ymm FMAs either way (clang prefers 256-bit vectors)
+    import tinygrad.codegen.late.cpu_vectors as cpu_vectors
+    for vb, march in ((32, "x86-64-v3"), (64, "x86-64-v4")):
+      with self.subTest(vector_bytes=vb), unittest.mock.patch.object(cpu_vectors, "tile_vector_bytes", lambda: vb), \
+           Context(VECTOR_ALUS=2, PARALLEL=0):
+        fresh_compile()
+        src = kernel_source(self.dist(Tensor.empty(256, 16), Tensor.empty(256, 16)))
+        self.assertGreaterEqual(len(re.findall(r"\bfloat16 \w+ = ", src)), 4)
+        self.assertEqual('target("avx512f")' in src, vb == 64)
+        asm = clang_assembly(src, march)
+        self.assertRegex(asm, r"v(fmadd\w*|add|mul)ps\s+[^\n]*ymm")
+        if vb == 32: self.assertNotIn("zmm", asm)
+    fresh_compile()
+
 @unittest.skipIf(LINE_012, "0.14's cpu_odd_rows (scalar ALUs; the 0.12 line's rows are its vector ALUs')")
 @unittest.skipUnless(Device.DEFAULT == "CPU", "the CPU renderer's heuristics")
 class TestCPUOddRows(unittest.TestCase):

@@ -25,8 +25,9 @@ def tile_vector_bytes() -> int:
   except OSError: return 32
 
 def wide_kernel(dtypes_used:list[tuple[DType, int]]) -> bool:
-  """a kernel whose vectors are wider than AVX's 32 bytes: only a matmul tile's on an AVX-512 machine (vector_lengths)"""
-  return any(dt in (dtypes.float, dtypes.double) and dt.itemsize * count > 32 for dt, count in dtypes_used)
+  """a kernel whose vectors are wider than AVX's 32 bytes on an AVX-512 machine: a matmul tile's (vector_lengths), a vertical reduce's
+  (vector_alus.py: (16,) ALUs). On an AVX2 machine those ALUs are two ymm ops each, never AVX-512 code"""
+  return tile_vector_bytes() > 32 and any(dt in (dtypes.float, dtypes.double) and dt.itemsize * count > 32 for dt, count in dtypes_used)
 
 def vector_lengths(ctx, buf:UOp, vector_regs:dict[UOp, int]) -> list[int]|None:
   """the lengths a float load or store of buf coalesces to on a renderer with vector_bytes, None where the generic lengths hold. A matmul
@@ -44,6 +45,11 @@ def lanes_load_in_a_row(a:UOp, b:UOp, at:dict[UOp, tuple]) -> bool:
   la, lb = loads(a), loads(b)
   return any((key, off+1) in lb - la for key, off in la - lb)
 
+def lanes_of_a_vector(a:UOp, b:UOp) -> bool:
+  """a and b are consecutive lanes of one vector op (INDEX of constants)"""
+  return a.op is b.op is Ops.INDEX and a.src[0] is b.src[0] and a.src[0]._shape is not None and len(a.src[0].shape) == 1 and \
+    len(a.src) == len(b.src) == 2 and a.src[1].op is b.src[1].op is Ops.CONST and b.src[1].arg == a.src[1].arg + 1
+
 def vector_registers(ctx, memory:dict) -> dict[UOp, int]:
   """the accumulator arrays (REG buffers) to read and write a vector at a time: one whose stores of consecutive lanes load in a row, and
   the bytes a vector of it moves: tile_vector_bytes where a row of its lanes fills one (a 4x16 float tile's rows with AVX-512), else
@@ -59,6 +65,8 @@ def vector_registers(ctx, memory:dict) -> dict[UOp, int]:
     if (a:=next((a for a in sorted(offsets) if a+1 in offsets), None)) is None: continue
     row = 1
     while a+row in offsets and lanes_load_in_a_row(offsets[a+row-1][0].src[1], offsets[a+row][0].src[1], at): row += 1
+    # an accumulator of vector ALUs (codegen/late/vector_alus.py: a vertical reduce) stores a vector's lanes in a row: it moves vb at a time
+    if row == 1 and lanes_of_a_vector(offsets[a][0].src[1], offsets[a+1][0].src[1]): ret[buf.buf_uop] = vb
     if row == 1: continue
     ret[buf.buf_uop] = wide if row * buf.dtype.itemsize >= (wide:=tile_vector_bytes()) > vb else vb
   return ret

@@ -9,25 +9,46 @@ arithmetic of shape (lanes,) stays one op (the decompositions build theirs throu
 WHEREs and bool lanes (clang 14 has no _Bool vectors; vector_lanes keeps them scalar too), integer division and every op the renderer has
 no vector form of are split into lanes: upstream's way in devectorize2, the decompositions' ones in the final rewrite (split_lanes), so
 the decompositions too build a compare once. Gated on clang's renderer (vector_lanes) and the kernels of cpu_transcendental_upcast
-(batch_lanes); VECTOR_ALUS=0 is cpu-vector-lanes' scalar lanes."""
-import functools
-from tinygrad.helpers import ContextVar
+(batch_lanes); VECTOR_ALUS=0 is cpu-vector-lanes' scalar lanes.
+
+VECTOR_ALUS=2 (the default) also keeps the lanes of an upcast of several axes, flattened to one op of their product, in a kernel of at
+least 32 lanes that is no matmul tile (upcast_lanes: bench W5's 4x4 output tile unrolled by 4 over the reduce). Its reduce is vertical
+(pm_vertical_reduce, before devectorize2): the INDEX of an unrolled step moves through the elementwise ops, so each step is one (16,) op
+of the output tile's lanes added to the accumulators in the scalar code's order, and the accumulators move a vector at a time
+(cpu_vectors.vector_registers); a (64,) op read a step at a time made as many lane INDEXes as it saved ALUs."""
+import functools, itertools
+from tinygrad.helpers import ContextVar, prod
 from tinygrad.dtype import dtypes
 from tinygrad.uop.ops import UOp, Ops, UPat, PatternMatcher, GroupOp
+from tinygrad.codegen.devec_elements import element
 from tinygrad.codegen.late.cpu_vectors import VECTOR_OPS, lane_decomposition, batch_lanes
 
-VECTOR_ALUS = ContextVar("VECTOR_ALUS", 1)
+VECTOR_ALUS = ContextVar("VECTOR_ALUS", 2)
+MIN_UPCAST_LANES = 32   # bench W5's 4x4 output tile unrolled by 4: 64
 
 def vector_alu_lanes(sink:UOp, ren) -> int:
-  """the lanes kept as vector ALUs in this kernel: batch_lanes for a renderer with vector_lanes (clang), else 0 (every other renderer)"""
-  return batch_lanes(sink) if VECTOR_ALUS and getattr(ren, "vector_lanes", False) else 0
+  """the lanes kept as vector ALUs in this kernel: batch_lanes (or upcast_lanes, VECTOR_ALUS=2) for a renderer with vector_lanes (clang),
+  else 0 (every other renderer)"""
+  if not VECTOR_ALUS or not getattr(ren, "vector_lanes", False): return 0
+  return batch_lanes(sink) or (upcast_lanes(sink) if VECTOR_ALUS >= 2 else 0)
+
+def upcast_lanes(sink:UOp) -> int:
+  """the lanes of an upcast kernel that keeps them as vector ALUs too: elementwise, or a reduce unrolled (a vertical reduce). A matmul tile
+  (a reduce upcast, not unrolled: heuristic_cpu's cpu_gemm_tile) keeps scalar accumulators, which memory_coalescing moves a zmm at a time"""
+  from tinygrad.codegen.opt import OptOps
+  from tinygrad.uop.ops import AxisType
+  opts = sink.arg.applied_opts if sink.arg is not None else ()
+  if not (n:=prod(o.arg for o in opts if o.op in (OptOps.UPCAST, OptOps.UNROLL) and o.arg)): return 0
+  if any(u.op is Ops.RANGE and u.arg[-1] is AxisType.REDUCE for u in sink.toposort()) and not any(o.op is OptOps.UNROLL for o in opts): return 0
+  # a few lanes (bench W1's 4x4 row reduce, W6's 4x4 tiles) cost more in packing and extracting lanes than they save (+1-3% codegen)
+  return n if n >= MIN_UPCAST_LANES else 0
 
 def keep_vector(b:UOp) -> bool:
   """b stays one op of shape (n,): arithmetic clang has vector code for, or a transcendental decomposed as vector math"""
   # a transcendental whose decomposition vector_lanes would join, and a reciprocal (clang's decomposition: 1/x)
   if b.op not in VECTOR_OPS and not (b.op in (Ops.SIN, Ops.EXP2, Ops.LOG2) and lane_decomposition(b)) and \
     not (b.op is Ops.RECIPROCAL and b.dtype in (dtypes.float32, dtypes.float64)): return False
-  if b.op is Ops.MULACC or b._shape is None or len([d for d in b.shape if d != 1]) != 1 or b.dtype is dtypes.bool: return False
+  if b.op is Ops.MULACC or b._shape is None or b.max_numel() < 2 or b.dtype is dtypes.bool: return False
   # index arithmetic (weakint) stays scalar: the INDEXes' offsets
   return b.dtype is not dtypes.weakint and all(s.dtype not in (dtypes.bool, dtypes.weakint) for s in b.src)
 
@@ -51,6 +72,9 @@ def vector_source(s:UOp, b:UOp, n:int) -> UOp:
     s = UOp.stack(*[x.index(*[UOp.const(0)]*len(x.shape)) if x.shape else x]*n)
   if s.op is Ops.STACK and b.op not in (Ops.CAST, Ops.BITCAST) and any(e.dtype in dtypes.weaks for e in s.src):
     return UOp.stack(*[e.cast(b.dtype) if e.dtype in dtypes.weaks else e for e in s.src])
+  # lanes through movement ops but a RESHAPE (a reduce's INDEX of a PERMUTE): a STACK of them. A vector op's or a load's lanes reshaped
+  if s.op is not Ops.RESHAPE and s.op in GroupOp.Movement|{Ops.INDEX}:
+    return UOp.stack(*[element(s, tuple(UOp.const(i) for i in ii)) for ii in itertools.product(*[range(d) for d in s.shape])])
   return s if len(s.shape) == 1 else s.reshape((n,))
 
 def keep_or_devectorize(b:UOp) -> UOp|None:   # devectorize2
@@ -76,4 +100,16 @@ pm_split_lanes = PatternMatcher([
   # and cast (no symbolic folds it this late): the constants cast
   (UPat(Ops.CAST, src=(UPat(Ops.STACK, src=UPat(Ops.CONST), name="s"),), name="c"),
    lambda s,c: UOp.stack(*[x.cast(c.dtype) for x in s.src]) if c.dtype is not dtypes.bool else None),
+])
+
+def push_index(idx:UOp, x:UOp, p:UOp|None=None) -> UOp|None:
+  """a reduce's unrolled lane taken from an elementwise op (INDEX of constants, through a PERMUTE) as the op of its sources' lanes: the
+  reduce's vertical steps, each a vector op of the output lanes, with no lanes to extract from one op of every lane"""
+  if x.op not in GroupOp.ALU or x.dtype in (dtypes.weakint, dtypes.bool) or not all(i.op is Ops.CONST for i in idx.src[1:]): return None
+  if x._shape is None or any(s._shape != x.shape for s in x.src): return None
+  return x.replace(src=tuple((s.permute(p.arg) if p is not None else s).index(*idx.src[1:]) for s in x.src))
+
+pm_vertical_reduce = PatternMatcher([
+  (UPat(Ops.INDEX, src=(UPat(Ops.PERMUTE, src=(UPat(name="x"),), name="p"),), allow_any_len=True, name="idx"), push_index),
+  (UPat(Ops.INDEX, src=(UPat(GroupOp.ALU, name="x"),), allow_any_len=True, name="idx"), push_index),
 ])
