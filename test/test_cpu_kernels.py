@@ -383,6 +383,41 @@ class TestCPUVectorALUs(unittest.TestCase):
     for ren in (OpenCLRenderer, PythonRenderer): self.assertEqual(vector_alu_lanes(ast, ren), 0)   # the class: its flags
     with Context(VECTOR_ALUS=0): self.assertEqual(vector_alu_lanes(ast, Device["CPU"].renderer), 0)
 
+  # vmap(jacfwd(step)) (bench W4's jacfwd row): the tangents' one-hot seeds are constants that differ from lane to lane
+  @staticmethod
+  def step_jacobian(S:Tensor, U:Tensor) -> Tensor:
+    from tinygrad import jacfwd
+    def step(s, u): return Tensor.stack(s[0] + 0.1 * s[3] * s[2].cos(), s[1] + 0.1 * s[3] * s[2].sin(), s[2] + 0.04 * s[3] * u[1].tan(), s[3] + 0.1 * u[0])
+    return Tensor.cat(*vmap(jacfwd(step, argnums=(0, 1)))(S, U), dim=2)
+
+  def test_tangent_seeds_fold(self):
+    # an op on a seed's lanes is split, so each lane folds (x*0, x*1): vector ops are the batch's (8,) only, never the 6 tangents' x 8
+    # batch lanes (48,), which computed every zero (AVX2: 1.6 -> 2.9 ms a call for the (48,) ops, 1.1 ms with them folded)
+    from tinygrad.codegen import full_rewrite_to_sink
+    from tinygrad.uop.ops import Ops
+    with Context(VECTOR_ALUS=1, QUICK_OPTS=0):
+      sink = full_rewrite_to_sink(last_kernel(self.step_jacobian(Tensor.empty(4096, 4), Tensor.empty(4096, 2))), Device["CPU"].renderer)
+    shapes = [u._shape for u in sink.toposort() if u.op in (Ops.MUL, Ops.ADD) and u._shape not in (None, ())]
+    self.assertGreater(len(shapes), 40)   # th's and de's sin, cos and tan as vector math
+    self.assertEqual(set(shapes), {(8,)})
+
+  def test_tangent_seeds_against_numpy_both_ways(self):
+    rng = np.random.default_rng(11)
+    S, U = rng.standard_normal((512, 4)), rng.uniform(-0.5, 0.5, (512, 2))
+    th, v, de = S[:, 2], S[:, 3], U[:, 1]
+    want = np.zeros((512, 4, 6))
+    want[:, 0, 0] = want[:, 1, 1] = want[:, 2, 2] = want[:, 3, 3] = 1
+    want[:, 0, 2], want[:, 0, 3] = -0.1 * v * np.sin(th), 0.1 * np.cos(th)
+    want[:, 1, 2], want[:, 1, 3] = 0.1 * v * np.cos(th), 0.1 * np.sin(th)
+    want[:, 2, 3], want[:, 2, 5] = 0.04 * np.tan(de), 0.04 * v / np.cos(de) ** 2
+    want[:, 3, 4] = 0.1
+    for on in (1, 0):
+      for dt, rtol in ((dtypes.float32, 2e-5), (dtypes.float64, 1e-12)):
+        with self.subTest(VECTOR_ALUS=on, dtype=dt), Context(VECTOR_ALUS=on, PARALLEL=0):
+          fresh_compile()
+          np.testing.assert_allclose(self.step_jacobian(Tensor(S, dtype=dt), Tensor(U, dtype=dt)).numpy(), want, rtol=rtol, atol=rtol)
+    fresh_compile()
+
   # a reduce's unrolled lanes (bench W5: pairwise distances, a 4x4 output tile unrolled by 4 over the reduce, 64 lanes) as a vertical reduce
   @staticmethod
   def dist(A:Tensor, B:Tensor) -> Tensor: return ((A[:, None] - B[None]) ** 2).sum(-1).sqrt()
@@ -393,7 +428,7 @@ class TestCPUVectorALUs(unittest.TestCase):
     def sink(on:int):
       with Context(VECTOR_ALUS=on, QUICK_OPTS=0):
         return full_rewrite_to_sink(last_kernel(self.dist(Tensor.empty(256, 16), Tensor.empty(256, 16))), Device["CPU"].renderer).toposort()
-    on, off = sink(2), sink(1)
+    on, off = sink(3), sink(1)   # 3: on any machine (2, the default, only where the CPU has AVX-512: test_vertical_reduce_isa)
     # each of the 4 unrolled steps one (16,) op of the output tile's lanes, added to the accumulators in the scalar code's order
     self.assertGreaterEqual(len([u for u in on if u.op in (Ops.ADD, Ops.MUL) and u._shape == (16,)]), 9)
     self.assertFalse([u for u in off if u.op in (Ops.ADD, Ops.MUL) and u._shape not in (None, ())])
@@ -404,22 +439,33 @@ class TestCPUVectorALUs(unittest.TestCase):
     a, b = rng.standard_normal((200, 16)).astype(np.float32), rng.standard_normal((120, 16)).astype(np.float32)
     want = np.sqrt(((a[:, None].astype(np.float64) - b[None]) ** 2).sum(-1))
     got = {}
-    for on in (2, 1):
+    for on in (3, 1):   # 3: the vertical reduce on any machine (with AVX2, two ymm ops a (16,) op)
       with self.subTest(VECTOR_ALUS=on), Context(VECTOR_ALUS=on, PARALLEL=0):
         fresh_compile()
         got[on] = self.dist(Tensor(a), Tensor(b)).numpy()
         np.testing.assert_allclose(got[on], want, rtol=1e-5, atol=1e-6)
     fresh_compile()
-    np.testing.assert_equal(got[2], got[1])   # the same sums in the same order
+    np.testing.assert_equal(got[3], got[1])   # the same sums in the same order
+
+  def test_vertical_reduce_only_with_avx512(self):
+    # the default (VECTOR_ALUS=2) keeps the (16,) steps where the CPU has AVX-512; with AVX2 their cross-lane shuffles cost more than the
+    # scalar lanes clang vectorizes itself (bench W5 2.4 -> 4.3 ms): the ISA forced here, not the host's
+    import tinygrad.codegen.late.cpu_vectors as cpu_vectors
+    from tinygrad.codegen.late.vector_alus import vector_alu_lanes
+    from tinygrad.codegen.opt.postrange import apply_opts
+    for vb, lanes in ((32, 0), (64, 64)):
+      with self.subTest(vector_bytes=vb), unittest.mock.patch.object(cpu_vectors, "tile_vector_bytes", lambda: vb), Context(VECTOR_ALUS=2):
+        ast = apply_opts(last_kernel(self.dist(Tensor.empty(256, 16), Tensor.empty(256, 16))), Device["CPU"].renderer)
+        self.assertEqual(vector_alu_lanes(ast, Device["CPU"].renderer), lanes)
 
   @unittest.skipUnless(platform.machine() in ("x86_64", "AMD64"), "x86's vector registers")
   def test_vertical_reduce_isa(self):
-    # float16 ops in the source, built with AVX-512 only where the machine has it (forced here, not the host's): an AVX2 machine's kernel
-    # has no zmm; each unrolled step is ymm FMAs either way (clang prefers 256-bit vectors)
+    # float16 ops in the source (VECTOR_ALUS=3: on either ISA), built with AVX-512 only where the machine has it (forced here, not the
+    # host's): an AVX2 machine's kernel has no zmm; each unrolled step is ymm FMAs either way (clang prefers 256-bit vectors)
     import tinygrad.codegen.late.cpu_vectors as cpu_vectors
     for vb, march in ((32, "x86-64-v3"), (64, "x86-64-v4")):
       with self.subTest(vector_bytes=vb), unittest.mock.patch.object(cpu_vectors, "tile_vector_bytes", lambda: vb), \
-           Context(VECTOR_ALUS=2, PARALLEL=0):
+           Context(VECTOR_ALUS=3, PARALLEL=0):
         fresh_compile()
         src = kernel_source(self.dist(Tensor.empty(256, 16), Tensor.empty(256, 16)))
         self.assertGreaterEqual(len(re.findall(r"\bfloat16 \w+ = ", src)), 4)

@@ -15,22 +15,25 @@ VECTOR_ALUS=2 (the default) also keeps the lanes of an upcast of several axes, f
 least 32 lanes that is no matmul tile (upcast_lanes: bench W5's 4x4 output tile unrolled by 4 over the reduce). Its reduce is vertical
 (pm_vertical_reduce, before devectorize2): the INDEX of an unrolled step moves through the elementwise ops, so each step is one (16,) op
 of the output tile's lanes added to the accumulators in the scalar code's order, and the accumulators move a vector at a time
-(cpu_vectors.vector_registers); a (64,) op read a step at a time made as many lane INDEXes as it saved ALUs."""
+(cpu_vectors.vector_registers); a (64,) op read a step at a time made as many lane INDEXes as it saved ALUs. Only where the CPU has
+AVX-512: with AVX2 each step's (16,) ops are built from float4 loads by cross-lane shuffles of two ymm halves, and W5's kernel ran 2.4 ->
+4.3 ms (VECTOR_ALUS=3 keeps them on any machine). On every level, an op whose lanes fold apart (folding_lanes) is split into lanes."""
 import functools, itertools
 from tinygrad.helpers import ContextVar, prod
 from tinygrad.dtype import dtypes
 from tinygrad.uop.ops import UOp, Ops, UPat, PatternMatcher, GroupOp
 from tinygrad.codegen.devec_elements import element
+from tinygrad.codegen.late import cpu_vectors
 from tinygrad.codegen.late.cpu_vectors import VECTOR_OPS, lane_decomposition, batch_lanes
 
 VECTOR_ALUS = ContextVar("VECTOR_ALUS", 2)
 MIN_UPCAST_LANES = 32   # bench W5's 4x4 output tile unrolled by 4: 64
 
 def vector_alu_lanes(sink:UOp, ren) -> int:
-  """the lanes kept as vector ALUs in this kernel: batch_lanes (or upcast_lanes, VECTOR_ALUS=2) for a renderer with vector_lanes (clang),
-  else 0 (every other renderer)"""
+  """the lanes kept as vector ALUs in this kernel: batch_lanes (or upcast_lanes: VECTOR_ALUS=2 where the CPU has AVX-512, 3 on any) for a
+  renderer with vector_lanes (clang), else 0 (every other renderer)"""
   if not VECTOR_ALUS or not getattr(ren, "vector_lanes", False): return 0
-  return batch_lanes(sink) or (upcast_lanes(sink) if VECTOR_ALUS >= 2 else 0)
+  return batch_lanes(sink) or (upcast_lanes(sink) if VECTOR_ALUS >= 3 or (VECTOR_ALUS == 2 and cpu_vectors.tile_vector_bytes() > 32) else 0)
 
 def upcast_lanes(sink:UOp) -> int:
   """the lanes of an upcast kernel that keeps them as vector ALUs too: elementwise, or a reduce unrolled (a vertical reduce). A matmul tile
@@ -49,8 +52,15 @@ def keep_vector(b:UOp) -> bool:
   if b.op not in VECTOR_OPS and not (b.op in (Ops.SIN, Ops.EXP2, Ops.LOG2) and lane_decomposition(b)) and \
     not (b.op is Ops.RECIPROCAL and b.dtype in (dtypes.float32, dtypes.float64)): return False
   if b.op is Ops.MULACC or b._shape is None or b.max_numel() < 2 or b.dtype is dtypes.bool: return False
+  if any(folding_lanes(s) for s in b.src): return False
   # index arithmetic (weakint) stays scalar: the INDEXes' offsets
   return b.dtype is not dtypes.weakint and all(s.dtype not in (dtypes.bool, dtypes.weakint) for s in b.src)
+
+def folding_lanes(s:UOp) -> bool:
+  """s's lanes are constants that differ, or constants beside other values: a jacfwd tangent's one-hot seed (bench W4's vmap(jacfwd)).
+  Scalar lanes fold (x*0, x+0, x*1) where one vector op would compute every lane: on AVX2 that kernel ran 1.6 -> 2.9 ms as vectors"""
+  while s.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE): s = s.src[0]
+  return s.op is Ops.STACK and any(e.op is Ops.CONST for e in s.src) and len({(e.op, e.arg) if e.op is Ops.CONST else e for e in s.src}) > 1
 
 def split_lanes(b:UOp) -> UOp|None:
   """an op of shape (n,) the renderer has no vector form of (a decomposition's compare or WHERE) as n scalar ops on its sources' lanes"""
