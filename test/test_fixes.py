@@ -162,6 +162,26 @@ class TestFixes(unittest.TestCase):
     got = Tensor(compute_gradient(loss, loss.const_like(1.0), {t.uop})[t.uop]).numpy()
     np.testing.assert_allclose(got, np.stack([np.prod(np.delete(x, i, 0), 0) for i in range(3)]))
 
+  def test_float_association_kept(self):
+    # fix-c-float-association: the C renderers dropped the parentheses of a float's right operand, so a+(b+c) ran as (a+b)+c: 0.0 here
+    for dt, big in ((np.float64, 1e16), (np.float32, 1e8)):
+      a, b, c = (np.full(4, v, dt) for v in (1.0, big, -big))
+      with self.subTest(dtype=np.dtype(dt).name):
+        np.testing.assert_array_equal((Tensor(a) + (Tensor(b) + Tensor(c))).numpy(), a + (b + c))
+    a, b, c = (np.full(4, v, np.float32) for v in (1e30, 1e30, 1e-30))   # (a*b)*c overflows
+    np.testing.assert_array_equal((Tensor(a) * (Tensor(b) * Tensor(c))).numpy(), a * (b * c))
+
+  @unittest.skipUnless(Device.DEFAULT == "CPU", "sin and cos decomposed into float math (a GPU's native sin has its own accuracy)")
+  def test_sin_cos_within_ulps_of_numpy(self):
+    # fix-c-float-association: Cody-Waite's x - q*PI_A - q*PI_B - ... rendered as q*PI_D + ... + x (float64 sin(1e8) off by 6e-8, 1e-3 at
+    # 1e12); fix-cos-large-arguments: cos reduces x itself below the switch too (pi/2 - x rounded: float32 cos(50) off by 6e-7)
+    rng = np.random.default_rng(7)
+    for dt, top, atol in ((np.float64, 13, 5e-16), (np.float32, 30, 2e-7)):
+      x = (rng.uniform(1, 10, (top + 4, 64)) * 10.0 ** np.arange(-3, top + 1)[:, None] * rng.choice([-1, 1], (top + 4, 64))).astype(dt)
+      with self.subTest(dtype=np.dtype(dt).name):
+        np.testing.assert_allclose(Tensor(x).sin().numpy(), np.sin(x.astype(np.float64)), rtol=0, atol=atol)
+        np.testing.assert_allclose(Tensor(x).cos().numpy(), np.cos(x.astype(np.float64)), rtol=0, atol=atol)
+
   def test_float64_sin_of_large_arguments(self):
     # fix-float64-sin-reduction: float64's Payne-Hanek reduction was float32-exact: no digit right past 1e7
     x = np.array([1e3, 1e5, 1e7, 1e10])
