@@ -182,6 +182,24 @@ class TestFixes(unittest.TestCase):
         np.testing.assert_allclose(Tensor(x).sin().numpy(), np.sin(x.astype(np.float64)), rtol=0, atol=atol)
         np.testing.assert_allclose(Tensor(x).cos().numpy(), np.cos(x.astype(np.float64)), rtol=0, atol=atol)
 
+  def test_interpolate_float64(self):
+    # fix-interpolate-float64: linear interpolate's weights were float32 for any input: a float64 result and its gradient off by ~1e-7
+    def lerp_matrix(n_in:int, n_out:int, align_corners:bool) -> np.ndarray:
+      src = np.arange(n_out) * (n_in - 1) / (n_out - 1) if align_corners else np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, None)
+      lo = np.floor(src).astype(int); hi = np.minimum(lo + 1, n_in - 1)
+      m = np.zeros((n_out, n_in))
+      np.add.at(m, (np.arange(n_out), lo), 1 - (src - lo)); np.add.at(m, (np.arange(n_out), hi), src - lo)
+      return m
+    x, g = rand(2, 5, 7, seed=1), rand(2, 8, 11, seed=2)
+    for align_corners in (False, True):
+      with self.subTest(align_corners=align_corners):
+        t = Tensor(x)
+        out = t.interpolate((8, 11), mode="linear", align_corners=align_corners)
+        grad = (out * Tensor(g)).sum().gradient(t)[0]
+        h, w = lerp_matrix(5, 8, align_corners), lerp_matrix(7, 11, align_corners)
+        np.testing.assert_allclose(out.numpy(), h @ x @ w.T, rtol=0, atol=1e-13)
+        np.testing.assert_allclose(grad.numpy(), h.T @ g @ w, rtol=0, atol=1e-13)
+
   def test_float64_sin_of_large_arguments(self):
     # fix-float64-sin-reduction: float64's Payne-Hanek reduction was float32-exact: no digit right past 1e7
     x = np.array([1e3, 1e5, 1e7, 1e10])
