@@ -456,6 +456,7 @@ class TestFirstBuildTier(unittest.TestCase):
     self.assertTrue(prgs)
     self.assertTrue(first_quick.isdisjoint(prgs))
     self.assertTrue(set(self.ft.quick_programs.values()).isdisjoint(prgs))
+    return first_quick, prgs
 
   def test_matmul(self):
     x, w = self.rng.standard_normal((256, 48), dtype=np.float32), self.rng.standard_normal((48, 32), dtype=np.float32)
@@ -464,6 +465,28 @@ class TestFirstBuildTier(unittest.TestCase):
   def test_sin(self):
     x = self.rng.uniform(-100, 100, (64, 40)).astype(np.float32)
     self.check_tiers(lambda X: (X.sin() * X.cos()).realize(), (x,), np.sin(x.astype(np.float64)) * np.cos(x.astype(np.float64)), 2e-6)
+
+  def test_reduce_outputs_not_upcast(self):
+    # a reduce that is not a matmul (bench W5's pairwise distances) is built quick with the full build's UNROLLs and none of its UPCASTs:
+    # each output reduced in the full build's order, one lane of codegen instead of the tile's
+    from tinygrad import vmap
+    from tinygrad.codegen.opt import OptOps
+    a, b = (self.rng.standard_normal(s).astype(np.float32) for s in ((64, 16), (48, 16)))
+    want = np.sqrt(((a.astype(np.float64)[:, None] - b.astype(np.float64)[None]) ** 2).sum(-1))
+    dist = lambda A, B: vmap(lambda p: vmap(lambda q: ((p - q) ** 2).sum().sqrt())(B))(A).realize()
+    quick, full = self.check_tiers(dist, (a, b), want, 2e-6)
+    (q,), (f,) = quick, full
+    full_opts = f.src[0].arg.applied_opts
+    self.assertIn(OptOps.UPCAST, [o.op for o in full_opts])
+    self.assertIn(OptOps.UNROLL, [o.op for o in full_opts])
+    self.assertEqual(q.src[0].arg.applied_opts, tuple(o for o in full_opts if o.op is not OptOps.UPCAST))
+
+  def test_reduce_without_upcasts_built_once(self):
+    # a reduce whose full build upcasts nothing (a sum to one number) has no quick build: it would be the full one
+    x = self.rng.standard_normal(4096).astype(np.float32)
+    n = len(self.ft.built_quick)
+    np.testing.assert_allclose(Tensor(x).sum().numpy(), x.astype(np.float64).sum(), rtol=1e-5)
+    self.assertEqual(len(self.ft.built_quick), n)
 
   def test_tiered_off(self):
     x = self.rng.uniform(-10, 10, (8, 72)).astype(np.float32)

@@ -4,7 +4,7 @@ generic upcasts don't run on top. Measured in bench/ (bench/analysis.md); tested
 quick_opts_differ are the clang-first-call topic's: engine/realize.py builds a kernel quick without the opts that are slow to build."""
 import functools, platform, pathlib
 from tinygrad.codegen.opt import Opt, OptOps
-from tinygrad.helpers import NOOPT, ContextVar
+from tinygrad.helpers import NOOPT, ContextVar, Context
 from tinygrad.uop.ops import UOp, Ops, GroupOp, AxisType
 from tinygrad.renderer import Renderer
 from tinygrad.fork_line import LINE_012
@@ -111,14 +111,38 @@ def vector_transcendentals(ast:UOp, ren:Renderer) -> list[UOp]:
   if not (ren.vector_alus if LINE_012 else getattr(ren, "vector_lanes", False)) or any(u.op is Ops.REDUCE for u in ast.backward_slice): return []
   return [u for u in decomposed(ast, ren) if vector_decomposition(u)]
 
-def quick_opts_differ(ast:UOp, ren:Renderer) -> bool:
-  """whether a quick build (QUICK_OPTS) of the kernel ast may lack an opt of its full build: the heuristics run and upcast transcendentals,
-  or may take the CPU matmul tile (a sum of products of two loads) where it is taller than the quick build's"""
-  heuristics = not NOOPT and (ast.arg is None or (ast.arg.opts_to_apply is None and ast.arg.applied_opts == ()))
+def gemm_like(ast:UOp) -> bool:
+  """whether the kernel may take the CPU matmul tile: a reduce of a sum of products of two loads"""
   matmul = any(u.op is Ops.REDUCE and sum_of_products(u.arg if LINE_012 else u.arg[0], u.src[0]) for u in ast.backward_slice)  # 0.14: (op, ...)
   # 0.14: the tile needs an M and an N axis: a row of dot products (bench W1) stores along one range and has no tile
-  if not LINE_012: matmul = matmul and any(u.op is Ops.STORE and len(u.src[0].ranges) >= 2 for u in ast.backward_slice)
-  return heuristics and (len(vector_transcendentals(ast, ren)) > 0 or (renderer_device(ren) == "CPU" and (cpu_tile_bytes() > 256 or not LINE_012) and matmul))
+  return matmul and (LINE_012 or any(u.op is Ops.STORE and len(u.src[0].ranges) >= 2 for u in ast.backward_slice))
+
+def quick_reduce_opts(k:Scheduler, heuristic) -> list[Opt]|None:
+  """0.14: a quick build of a CPU reduce that is not a matmul takes the full build's opts less its UPCASTs, or None where it has none.
+  Each upcast lane is a copy of the kernel's graph through ~25 passes of Python codegen (bench W5's 4x4 tile of distances: 64 lanes, its
+  cold first call 0.41 -> 0.16 s; W1's 4 rows: 0.22 -> 0.13 s). The UNROLLs stay, so every output is reduced in the full build's order.
+  heuristic is hand_coded_optimizations (which calls cpu_quick_reduce: passed, not imported)"""
+  if LINE_012 or k.reduceop is None or renderer_device(k.ren) != "CPU" or gemm_like(k.ast): return None
+  with Context(QUICK_OPTS=0): full = heuristic(k.copy()).applied_opts
+  return [o for o in full if o.op is not OptOps.UPCAST] if any(o.op is OptOps.UPCAST for o in full) else None
+
+def cpu_quick_reduce(k:Scheduler, heuristic) -> Scheduler|None:
+  """a quick build (QUICK_OPTS) of a CPU reduce: quick_reduce_opts applied, or None (the heuristics go on)"""
+  if not QUICK_OPTS or (opts:=quick_reduce_opts(k, heuristic)) is None: return None
+  for o in opts: k.apply_opt(o)
+  return k
+
+def quick_opts_differ(ast:UOp, ren:Renderer) -> bool:
+  """whether a quick build (QUICK_OPTS) of the kernel ast may lack an opt of its full build: the heuristics run and upcast transcendentals,
+  may take the CPU matmul tile where it is taller than the quick build's, or (0.14) upcast a reduce's outputs"""
+  if NOOPT or not (ast.arg is None or (ast.arg.opts_to_apply is None and ast.arg.applied_opts == ())): return False
+  if len(vector_transcendentals(ast, ren)) > 0: return True
+  if renderer_device(ren) != "CPU": return False
+  if gemm_like(ast): return cpu_tile_bytes() > 256 or not LINE_012
+  if LINE_012 or not any(u.op is Ops.REDUCE for u in ast.backward_slice): return False
+  from tinygrad.codegen.opt.heuristic import hand_coded_optimizations
+  (k:=Scheduler(ast, ren)).convert_loop_to_global()
+  return quick_reduce_opts(k, hand_coded_optimizations) is not None
 
 def cpu_transcendental_upcast(k:Scheduler) -> bool:
   """An elementwise kernel whose sin/exp2/log2 are decomposed (no code for them) upcasts an axis they vary along to one 32-byte vector:
