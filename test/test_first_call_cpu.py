@@ -481,6 +481,20 @@ class TestFirstBuildTier(unittest.TestCase):
     self.assertIn(OptOps.UNROLL, [o.op for o in full_opts])
     self.assertEqual(q.src[0].arg.applied_opts, tuple(o for o in full_opts if o.op is not OptOps.UPCAST))
 
+  def test_reduce_opts_after_a_whole_axis_upcast(self):
+    # the full build's upcasts take two axes whole (5 and 7), so its THREAD's axis is a position that names another range without them:
+    # the quick build threads the same range
+    from tinygrad import vmap
+    from tinygrad.codegen.opt import OptOps
+    x = self.rng.standard_normal((5, 7, 4)).astype(np.float32)
+    e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+    with Context(NUM_CPU_THREADS=2, PARALLEL=0):
+      quick, full = self.check_tiers(lambda X: vmap(vmap(lambda r: r.softmax(), chunk_size=3), chunk_size=2)(X).realize(), (x,),
+                                     e / e.sum(-1, keepdims=True), 1e-6)
+    opts = lambda prgs: {tuple(o.op for o in p.src[0].arg.applied_opts) for p in prgs}
+    self.assertIn((OptOps.UPCAST, OptOps.UPCAST, OptOps.UNROLL, OptOps.THREAD), opts(full))
+    self.assertIn((OptOps.UNROLL, OptOps.THREAD), opts(quick))
+
   def test_reduce_without_upcasts_built_once(self):
     # a reduce whose full build upcasts nothing (a sum to one number) has no quick build: it would be the full one
     x = self.rng.standard_normal(4096).astype(np.float32)

@@ -3,7 +3,7 @@ and stores as 32-byte vectors, transcendentals decomposed as vector math. Each r
 generic upcasts don't run on top. Measured in bench/ (bench/analysis.md); tested in test/test_cpu_codegen.py. QUICK_OPTS and
 quick_opts_differ are the clang-first-call topic's: engine/realize.py builds a kernel quick without the opts that are slow to build."""
 import functools, platform, pathlib
-from tinygrad.codegen.opt import Opt, OptOps
+from tinygrad.codegen.opt import Opt, OptOps, KernelOptError
 from tinygrad.helpers import NOOPT, ContextVar, Context
 from tinygrad.uop.ops import UOp, Ops, GroupOp, AxisType
 from tinygrad.renderer import Renderer
@@ -117,20 +117,33 @@ def gemm_like(ast:UOp) -> bool:
   # 0.14: the tile needs an M and an N axis: a row of dot products (bench W1) stores along one range and has no tile
   return matmul and (LINE_012 or any(u.op is Ops.STORE and len(u.src[0].ranges) >= 2 for u in ast.backward_slice))
 
-def quick_reduce_opts(k:Scheduler, heuristic) -> list[Opt]|None:
-  """0.14: a quick build of a CPU reduce that is not a matmul takes the full build's opts less its UPCASTs, or None where it has none.
-  Each upcast lane is a copy of the kernel's graph through ~25 passes of Python codegen (bench W5's 4x4 tile of distances: 64 lanes, its
-  cold first call 0.41 -> 0.16 s; W1's 4 rows: 0.22 -> 0.13 s). The UNROLLs stay, so every output is reduced in the full build's order.
-  heuristic is hand_coded_optimizations (which calls cpu_quick_reduce: passed, not imported)"""
+def quick_reduce(k:Scheduler, heuristic) -> Scheduler|None:
+  """0.14: a quick build of a CPU reduce that is not a matmul: a copy of k with the full build's opts less its UPCASTs, or None where it
+  has none (or one lands on another axis). Each upcast lane is a copy of the kernel's graph through ~25 passes of Python codegen (bench
+  W5's 4x4 tile of distances: 64 lanes, its cold first call 0.40 -> 0.16 s; W1's 4 rows: 0.21 -> 0.14 s). The UNROLLs stay, so every
+  output is reduced in the full build's order. heuristic is hand_coded_optimizations (which calls cpu_quick_reduce: passed, not imported)"""
   if LINE_012 or k.reduceop is None or renderer_device(k.ren) != "CPU" or gemm_like(k.ast): return None
   with Context(QUICK_OPTS=0): full = heuristic(k.copy()).applied_opts
-  return [o for o in full if o.op is not OptOps.UPCAST] if any(o.op is OptOps.UPCAST for o in full) else None
+  if not any(o.op is OptOps.UPCAST for o in full): return None
+  # an opt's axis is a position among the ranges, which an upcast that takes a whole axis shifts: each opt is applied again to the range
+  # of the same arg (a range an opt splits keeps its arg)
+  fk, qk = k.copy(), k.copy()
+  try:
+    for o in full:
+      rng = fk.rngs[ax] if (ax:=fk.real_axis(o.op, o.axis)) >= 0 else None
+      fk.apply_opt(o)
+      if o.op is OptOps.UPCAST: continue
+      if rng is not None:
+        ax = next(i for i, r in enumerate(qk.rngs) if r.arg == rng.arg)
+        ax = qk.unrollable_dims.index(ax) if o.op is OptOps.UNROLL else qk.axes_of(AxisType.REDUCE).index(ax) \
+          if o.op in (OptOps.GROUP, OptOps.GROUPTOP) else ax
+      qk.apply_opt(Opt(o.op, ax if rng is not None else o.axis, o.arg))
+  except (KernelOptError, StopIteration, ValueError): return None
+  return qk
 
 def cpu_quick_reduce(k:Scheduler, heuristic) -> Scheduler|None:
-  """a quick build (QUICK_OPTS) of a CPU reduce: quick_reduce_opts applied, or None (the heuristics go on)"""
-  if not QUICK_OPTS or (opts:=quick_reduce_opts(k, heuristic)) is None: return None
-  for o in opts: k.apply_opt(o)
-  return k
+  """a quick build (QUICK_OPTS) of a CPU reduce: quick_reduce's Scheduler, or None (the heuristics go on)"""
+  return quick_reduce(k, heuristic) if QUICK_OPTS else None
 
 def quick_opts_differ(ast:UOp, ren:Renderer) -> bool:
   """whether a quick build (QUICK_OPTS) of the kernel ast may lack an opt of its full build: the heuristics run and upcast transcendentals,
@@ -142,7 +155,7 @@ def quick_opts_differ(ast:UOp, ren:Renderer) -> bool:
   if LINE_012 or not any(u.op is Ops.REDUCE for u in ast.backward_slice): return False
   from tinygrad.codegen.opt.heuristic import hand_coded_optimizations
   (k:=Scheduler(ast, ren)).convert_loop_to_global()
-  return quick_reduce_opts(k, hand_coded_optimizations) is not None
+  return quick_reduce(k, hand_coded_optimizations) is not None
 
 def cpu_transcendental_upcast(k:Scheduler) -> bool:
   """An elementwise kernel whose sin/exp2/log2 are decomposed (no code for them) upcasts an axis they vary along to one 32-byte vector:
