@@ -14,6 +14,7 @@ from tinygrad.renderer import Renderer
 import tinygrad.codegen as codegen
 from tinygrad.codegen import to_program, to_program_cache, program_cache
 from tinygrad.codegen.opt.heuristic_cpu import quick_opts_differ
+from tinygrad.engine.first_numpy import numpy_program
 
 TIERED = ContextVar("TIERED", 1)   # TIERED=0: every build is full
 quick_programs: dict[tuple, UOp] = {}   # to_program_cache's keys whose PROGRAM is a quick build: that PROGRAM
@@ -21,16 +22,18 @@ quick_asts: dict[UOp, UOp] = {}         # a quick PROGRAM: its kernel's AST
 built_quick: set[tuple] = set()         # the keys built quick once: a kernel is built quick at most once a process
 
 def tiering(ast:UOp, ren:Renderer) -> bool:
-  """whether the kernel's first build is quick: not with TIERED=0, BEAM (it times full builds) or ASSERT_COMPILE, and only where a quick
-  build lacks an opt of the full one"""
+  """whether the kernel's first build may be quick: not with TIERED=0, BEAM (it times full builds) or ASSERT_COMPILE, and only on CPU"""
   if not TIERED or BEAM or getenv("ASSERT_COMPILE") or ast.op is not Ops.SINK or getattr(ast.arg, "beam", 0): return False
-  return ren.target.device == "CPU" and quick_opts_differ(ast, ren)
+  return ren.target.device == "CPU"
 
 def first_build(ast:UOp, ren:Renderer, quick:bool) -> tuple[UOp, bool]:
   """(the PROGRAM, whether it is a quick build): quick only for a linear that runs now (quick) and when the program cache has no full
-  build of the kernel, asked first, so a warm process never builds quick"""
+  build of the kernel, asked first, so a warm process never builds quick. Quickest is numpy over the kernel's ranges
+  (engine/first_numpy.py); then, where the full build has opts a quick one lacks, the quick opts"""
   if not quick or not tiering(ast, ren): return to_program(ast, ren), False
   if (prg:=program_cache.lookup(ast, ren)) is not None: return prg, False   # (the kept entry is the PROGRAM with its key and device)
+  if (prg:=numpy_program(ast)) is not None: return prg, True
+  if not quick_opts_differ(ast, ren): return to_program(ast, ren), False
   # no full build kept: the quick one, itself kept under its own key (QUICK_OPTS is in it), so a process that runs a kernel once builds
   # it once across processes. do_to_program looked up at the call: a test's mock of it sees it
   with Context(QUICK_OPTS=1): return program_cache.cached_to_program(ast, ren, lambda a, r: codegen.do_to_program(a, r)), True

@@ -1,0 +1,258 @@
+# line: 0.14.0 only (engine/first_tier.py asks it first; engine/realize.py's get_runtime finds its runtimes)
+"""A CPU kernel's first run as numpy over the kernel's ranges, no codegen and no clang: the bottom tier of engine/first_tier.py. A cold
+first call on 0.14 is ~25 codegen passes in Python and a clang process a schedule (50-600 ms); the kernel AST the scheduler hands the
+codegen is small (20-100 nodes: RANGEs, INDEXes of PARAMs, ALUs, REDUCEs, STOREs), and numpy evaluates it a node at a time over whole
+arrays: each value is an array with one axis a RANGE of the kernel (size 1 where it does not depend on it), an index that is a sum of
+ranges times constants reads and writes a strided view of the buffer, and a REDUCE ADD of a product is a matmul. The next time the
+kernel is lowered (its second run, TinyJit's capture) it is built in full, as a quick build is.
+
+Only kernels this module evaluates exactly as the C program would (up to the order a float reduce adds in and the last bit of a
+transcendental, computed in float64 and rounded) are taken; anything else (Variables, an AFTER, a buffer read and written, a store
+whose index misses a range its value depends on, a dtype numpy lacks, too much work) is built as before. FIRST_NUMPY=0 turns it off."""
+from __future__ import annotations
+import math, time, functools, importlib.util
+from typing import Any
+from tinygrad.helpers import ContextVar, to_mv, prod
+from tinygrad.dtype import dtypes, DType, Invalid
+from tinygrad.uop.ops import Ops, UOp, ProgramInfo, GroupOp
+
+FIRST_NUMPY = ContextVar("FIRST_NUMPY", 1)
+MAX_WORK = 1 << 27          # element-ops a kernel (every node's elements): past it the compiled kernel is cheaper than numpy's passes
+numpy_runtimes: dict[UOp, Any] = {}   # an interpreted PROGRAM: its runtime (engine/realize.py's get_runtime asks here on a miss)
+
+NP_DTYPES = {dtypes.bool: "bool", dtypes.int8: "int8", dtypes.int16: "int16", dtypes.int32: "int32", dtypes.int64: "int64",
+             dtypes.uint8: "uint8", dtypes.uint16: "uint16", dtypes.uint32: "uint32", dtypes.uint64: "uint64", dtypes.float16: "float16",
+             dtypes.float32: "float32", dtypes.float64: "float64", dtypes.weakint: "int64"}
+UNARY = {Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.SIN, Ops.EXP2, Ops.LOG2, Ops.TRUNC}
+BINARY = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.CDIV, Ops.CMOD, Ops.FLOORDIV, Ops.FLOORMOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
+          Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
+SUPPORTED = UNARY | BINARY | {Ops.WHERE, Ops.MULACC, Ops.CAST, Ops.BITCAST, Ops.CONST, Ops.RANGE, Ops.PARAM, Ops.INDEX, Ops.STORE, Ops.END,
+                              Ops.REDUCE, Ops.SINK}
+
+@functools.cache
+def numpy_available() -> bool: return importlib.util.find_spec("numpy") is not None
+
+def _gated(idx:UOp) -> tuple[UOp, UOp|None]:
+  """an INDEX's index as (index, gate): `gate.where(index, Invalid)` is a gated access"""
+  if idx.op is Ops.WHERE and idx.src[2].op is Ops.CONST and idx.src[2].arg is Invalid: return idx.src[1], idx.src[0]
+  return idx, None
+
+def plan(ast:UOp) -> tuple[dict[UOp, int], tuple[int, ...]]|None:
+  """(each RANGE's axis, the axes' sizes) when numpy can run this kernel as the C program would, else None"""
+  if ast.op is not Ops.SINK or not FIRST_NUMPY or not numpy_available(): return None
+  topo = ast.toposort()
+  if not all(u.op in SUPPORTED for u in topo): return None
+  ranges = [u for u in topo if u.op is Ops.RANGE]
+  if not all(r.src[0].op is Ops.CONST and isinstance(r.src[0].arg, int) and r.src[0].arg > 0 for r in ranges): return None
+  axes, sizes = {r: i for i, r in enumerate(ranges)}, tuple(r.src[0].arg for r in ranges)
+  targets = {u.src[0] for u in topo if u.op is Ops.STORE}
+  gated = {u.src[1] for u in topo if u.op is Ops.INDEX and u.src[1].op is Ops.WHERE}
+  deps: dict[UOp, frozenset[int]] = {}
+  read, written, work = set(), set(), 0
+  for u in topo:
+    if u.op is Ops.CONST:
+      if u.arg is Invalid: continue   # only as a gated index's else (checked below)
+      if not isinstance(u.arg, (int, float, bool)): return None
+    elif u.op is Ops.PARAM:
+      if not hasattr(u.arg, "slot") or u.arg.dtype not in NP_DTYPES or u.src[0].op is not Ops.CONST: return None
+    elif u.op not in (Ops.SINK, Ops.END, Ops.STORE) and u.dtype not in NP_DTYPES: return None
+    if u.op is Ops.WHERE and u.src[2].is_invalid and u not in gated: return None
+    if u.op is Ops.INDEX:
+      if len(u.src) != 2 or u.src[0].op is not Ops.PARAM: return None
+      (written if u in targets else read).add(u.src[0].arg.slot)
+    d = frozenset([axes[u]]) if u.op is Ops.RANGE else frozenset().union(*[deps[s] for s in u.src if s in deps])
+    if u.op is Ops.REDUCE:
+      if u.arg[0] not in (Ops.ADD, Ops.MAX, Ops.MUL) or not all(s.op is Ops.RANGE for s in u.src[1:]): return None
+      d = d - {axes[s] for s in u.src[1:]}
+    if u.op is Ops.STORE:
+      if u.src[0].op is not Ops.INDEX or not deps[u.src[1]] <= deps[_gated(u.src[0].src[1])[0]]: return None  # each value its own element
+    deps[u] = frozenset() if u.op in (Ops.END, Ops.STORE) else d
+    if u.op not in (Ops.CONST, Ops.SINK, Ops.END, Ops.PARAM): work += prod(sizes[a] for a in d)
+  if read & written or not written or work > MAX_WORK: return None
+  return axes, sizes
+
+def numpy_program(ast:UOp) -> UOp|None:
+  """the kernel as a PROGRAM whose runtime is numpy, or None where plan refuses it"""
+  if (p:=plan(ast)) is None: return None
+  topo = ast.toposort()
+  slots = sorted({u.arg.slot for u in topo if u.op is Ops.PARAM})
+  outs = tuple(sorted({u.src[0].src[0].arg.slot for u in topo if u.op is Ops.STORE}))
+  name = "np_" + (ast.arg.name if ast.arg is not None and getattr(ast.arg, "name", "test") != "test" else "kernel")
+  prg = UOp(Ops.PROGRAM, src=(ast,), arg=ProgramInfo(name, globals=tuple(slots), outs=outs, ins=tuple(s for s in slots if s not in outs)))
+  numpy_runtimes[prg] = NumpyKernel(ast, *p, slots)
+  return prg
+
+class Affine:
+  """an index that is a constant plus ranges times constants: read and written as a strided view, never materialized"""
+  __slots__ = ("coefs", "c")
+  def __init__(self, coefs:dict[int, int], c:int): self.coefs, self.c = coefs, c
+  def add(self, o:Affine) -> Affine:
+    coefs = dict(self.coefs)
+    for a, k in o.coefs.items(): coefs[a] = coefs.get(a, 0) + k
+    return Affine(coefs, self.c + o.c)
+  def mul(self, k:int) -> Affine: return Affine({a: v*k for a, v in self.coefs.items()}, self.c*k)
+
+class NumpyKernel:
+  def __init__(self, ast:UOp, axes:dict[UOp, int], sizes:tuple[int, ...], slots:list[int]):
+    self.ast, self.axes, self.sizes, self.slots, self.topo = ast, axes, sizes, slots, ast.toposort()
+    # a product only REDUCE ADDs use is evaluated there: a matmul never builds it
+    users: dict[UOp, list[UOp]] = {}
+    for u in self.topo:
+      for s in u.src: users.setdefault(s, []).append(u)
+    self.lazy = {u for u in self.topo if u.op is Ops.MUL and dtypes.is_float(u.dtype) and
+                 all(c.op is Ops.REDUCE and c.arg[0] is Ops.ADD and c.src[0] is u for c in users[u])}
+
+  def __call__(self, *bufs, global_size=None, local_size=None, vals=(), wait=False, timeout=None):
+    import numpy as np
+    from tinygrad.device import Device
+    # the CPU device runs its queue on a thread: what it was given to do before this kernel is done before numpy reads
+    for b in bufs:
+      if (owner:=getattr(b, "owner", None)) is not None: owner.synchronize(); break
+    st = time.perf_counter()
+    arrays = {slot: np.frombuffer(to_mv(b.va_addr, b.size), dtype=np.uint8) for slot, b in zip(self.slots, bufs)}
+    with np.errstate(all="ignore"): self.run(np, arrays)
+    return time.perf_counter() - st if wait else None
+
+  def shape(self, d) -> tuple[int, ...]: return tuple(s if i in d else 1 for i, s in enumerate(self.sizes))
+
+  def run(self, np, raw:dict[int, Any]) -> None:
+    v: dict[UOp, Any] = {}
+    nd = len(self.sizes)
+    def npdt(dt:DType): return np.dtype(NP_DTYPES[dt])
+    def arr(x, dt:DType|None=None):
+      """a node's value as an array (an Affine index summed from its ranges)"""
+      if isinstance(x, Affine):
+        out = np.full((1,)*nd, x.c, dtype=np.int64)
+        for a, k in x.coefs.items():
+          if k: out = out + np.arange(self.sizes[a], dtype=np.int64).reshape(self.shape({a})) * k
+        x = out
+      if dt is not None: return np.asarray(x).astype(npdt(dt), copy=False) if isinstance(x, np.ndarray) else npdt(dt).type(x)
+      return x
+    def buffer(p:UOp): return raw[p.arg.slot].view(npdt(p.arg.dtype))
+    def view(p:UOp, idx):
+      """(the elements an index names, as a strided view where it is Affine and in bounds, else an index array)"""
+      buf = buffer(p)
+      if isinstance(idx, Affine):
+        lo = idx.c + sum(k*(self.sizes[a]-1) for a, k in idx.coefs.items() if k < 0)
+        hi = idx.c + sum(k*(self.sizes[a]-1) for a, k in idx.coefs.items() if k > 0)
+        if 0 <= lo and hi < buf.size:
+          strides = [0]*nd
+          for a, k in idx.coefs.items(): strides[a] = k*buf.itemsize
+          shape = tuple(s if strides[i] else 1 for i, s in enumerate(self.sizes))
+          return np.lib.stride_tricks.as_strided(buf[idx.c:], shape=shape, strides=tuple(strides)), None
+      return buf, arr(idx)
+    for u in self.topo:
+      op, src = u.op, u.src
+      if op is Ops.CONST: v[u] = u.arg
+      elif op is Ops.RANGE: v[u] = Affine({self.axes[u]: 1}, 0)
+      elif op in (Ops.PARAM, Ops.SINK, Ops.END, Ops.INDEX) or u in self.lazy: continue   # an INDEX is read where it is used
+      elif op is Ops.STORE: self.store(np, v, src[0], src[1], view, arr)
+      elif op is Ops.REDUCE: v[u] = self.reduce(np, v, u, view, arr)
+      else: v[u] = self.alu(np, u, [self.value(np, v, s, view, arr) for s in src], arr)
+
+  def value(self, np, v, s:UOp, view, arr):
+    """a source's value: an INDEX is a load, kept for its other users"""
+    if s in v: return v[s]
+    if s.op is not Ops.INDEX:   # a lazy product
+      v[s] = ret = self.alu(np, s, [self.value(np, v, x, view, arr) for x in s.src], arr)
+      return ret
+    idx, gate = _gated(s.src[1])
+    elems, ix = view(s.src[0], v[idx])
+    if ix is not None: elems = np.take(elems, ix if gate is None else np.where(arr(v[gate]), ix, 0), mode="clip")
+    v[s] = ret = elems if gate is None else np.where(arr(v[gate]), elems, elems.dtype.type(0))
+    return ret
+
+  def store(self, np, v, index:UOp, val:UOp, view, arr) -> None:
+    idx, gate = _gated(index.src[1])
+    x = arr(self.value(np, v, val, view, arr), index.src[0].arg.dtype)
+    g = None if gate is None else arr(v[gate], dtypes.bool)
+    elems, ix = view(index.src[0], v[idx])
+    if ix is None and np.broadcast_shapes(elems.shape, np.shape(x), np.shape(g) if g is not None else ()) == elems.shape:
+      if g is None: elems[...] = x
+      else: np.copyto(elems, x, where=g)
+      return
+    if ix is None: elems, ix = view(index.src[0], arr(v[idx]))   # a gate over more ranges than the index: through an index array
+    full = np.broadcast_shapes(np.shape(ix), np.shape(x), np.shape(g) if g is not None else ())
+    ix, x = np.broadcast_to(ix, full), np.broadcast_to(x, full)
+    if g is None: elems[ix.ravel()] = x.ravel()
+    else:
+      m = np.broadcast_to(g, full)
+      elems[ix[m]] = x[m]
+
+  def reduce(self, np, v, u:UOp, view, arr):
+    axes, op, nd = tuple(self.axes[r] for r in u.src[1:]), u.arg[0], len(self.sizes)
+    if op is Ops.ADD and u.src[0].op is Ops.MUL and dtypes.is_float(u.dtype):
+      a, b = (arr(self.value(np, v, s, view, arr), u.dtype) for s in u.src[0].src)
+      if np.ndim(a) == nd and np.ndim(b) == nd and (m:=self.matmul(np, a, b, axes)) is not None: return m
+    x = arr(self.value(np, v, u.src[0], view, arr), u.dtype)
+    x = np.broadcast_to(x, np.broadcast_shapes(np.shape(x), tuple(s if i in axes else 1 for i, s in enumerate(self.sizes))))
+    return {Ops.ADD: np.add, Ops.MAX: np.maximum, Ops.MUL: np.multiply}[op].reduce(x, axis=axes, keepdims=True)
+
+  def matmul(self, np, a, b, axes:tuple[int, ...]):
+    """a REDUCE ADD of a product over its ranges as np.matmul: batch axes, a's own, the reduced, b's own"""
+    A, B, R = {i for i, s in enumerate(a.shape) if s > 1}, {i for i, s in enumerate(b.shape) if s > 1}, set(axes)
+    # a reduced axis only one side has is summed there first; one neither has adds the same product that many times
+    batch, red, m, n, none = sorted(A & B - R), sorted(A & B & R), sorted(A - B - R), sorted(B - A - R), R - A - B
+    if not (m and n): return None   # no outer product to build: the product and a sum are as cheap
+    a = a.sum(axis=tuple(sorted((R & A) - B)), keepdims=True) if (R & A) - B else a
+    b = b.sum(axis=tuple(sorted((R & B) - A)), keepdims=True) if (R & B) - A else b
+    A, B = A - (R - B), B - (R - A)
+    rest = [i for i in range(len(self.sizes)) if i not in batch + m + n]
+    sz = lambda ax: prod(self.sizes[i] for i in ax)
+    am = a.transpose(batch + m + red + [i for i in range(a.ndim) if i not in A]).reshape(sz(batch), sz(m), sz(red))
+    bm = b.transpose(batch + red + n + [i for i in range(b.ndim) if i not in B]).reshape(sz(batch), sz(red), sz(n))
+    out = np.matmul(am, bm)
+    if (scale:=sz(none)) > 1: out = out * out.dtype.type(scale)
+    order = batch + m + n + rest
+    out = out.reshape([self.sizes[i] for i in batch + m + n] + [1]*len(rest))
+    return out.transpose([order.index(i) for i in range(len(self.sizes))])
+
+  def alu(self, np, u:UOp, xs:list, arr):
+    op, dt = u.op, u.dtype
+    if dt is dtypes.weakint and op in (Ops.ADD, Ops.MUL, Ops.SUB, Ops.NEG):
+      a = [x if isinstance(x, Affine) else Affine({}, x) if isinstance(x, int) else None for x in xs]
+      if all(x is not None for x in a):
+        if op is Ops.ADD: return a[0].add(a[1])
+        if op is Ops.SUB: return a[0].add(a[1].mul(-1))
+        if op is Ops.NEG: return a[0].mul(-1)
+        if not a[0].coefs: return a[1].mul(a[0].c)
+        if not a[1].coefs: return a[0].mul(a[1].c)
+    if op is Ops.CAST: return arr(xs[0], dt)
+    if op is Ops.BITCAST:
+      return np.ascontiguousarray(arr(xs[0], u.src[0].dtype)).view(np.dtype(NP_DTYPES[dt]))
+    if op is Ops.WHERE: return np.where(arr(xs[0], dtypes.bool), arr(xs[1], dt), arr(xs[2], dt))
+    if op is Ops.MULACC: return arr(arr(xs[0], dt) * arr(xs[1], dt) + arr(xs[2], dt), dt)
+    sdt = u.src[0].dtype if u.src[0].dtype not in dtypes.weaks or len(u.src) == 1 else u.src[-1].dtype
+    if sdt in dtypes.weaks: sdt = dt if dt is not dtypes.bool else dtypes.weakint
+    a = [arr(x, sdt) for x in xs]
+    if op in UNARY:
+      x = a[0]
+      if op is Ops.NEG: r = -x if dt is not dtypes.bool else np.logical_not(x)
+      elif op is Ops.RECIPROCAL: r = np.reciprocal(x)
+      elif op is Ops.SQRT: r = np.sqrt(x)
+      elif op is Ops.TRUNC: r = np.trunc(x)
+      else:   # transcendentals in float64, rounded to the kernel's float
+        wide = np.asarray(x, dtype=np.float64)
+        r = np.sin(wide) if op is Ops.SIN else np.exp2(wide) if op is Ops.EXP2 else np.log2(wide)
+      return arr(r, dt)
+    x, y = a
+    if op is Ops.ADD: r = x + y
+    elif op is Ops.SUB: r = x - y
+    elif op is Ops.MUL: r = x * y
+    elif op is Ops.FDIV: r = x / y
+    elif op is Ops.MAX: r = np.where(x < y, y, x)
+    elif op is Ops.CMPLT: r = x < y
+    elif op is Ops.CMPNE: r = x != y
+    elif op is Ops.CMPEQ: r = x == y
+    elif op is Ops.AND: r = x & y
+    elif op is Ops.OR: r = x | y
+    elif op is Ops.XOR: r = x ^ y
+    elif op is Ops.SHL: r = x << y
+    elif op is Ops.SHR: r = x >> y
+    elif op is Ops.FLOORDIV: r = x // y
+    elif op is Ops.FLOORMOD: r = x % y
+    elif op is Ops.CMOD: r = np.fmod(x, y)
+    else:   # CDIV: C's division truncates toward zero
+      q = x // y
+      r = np.where((q < 0) & (q * y != x), q + 1, q) if dtypes.is_int(sdt) else x / y
+    return arr(r, dt)
