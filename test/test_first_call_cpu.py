@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_fresh(code:str, last:int=1, env:dict|None=None) -> str:
   """the last words of code's output, run in a new process on the CPU device (this one's may have built its programs for an earlier test);
-  a variable of env that is None is left out"""
-  env = {k: v for k, v in {**os.environ, "DEV": "CPU", "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT/'test'}", **(env or {})}.items() if v is not None}
+  a variable of env that is None is left out. Its kernels are built: no first run as numpy (engine/first_numpy.py) unless env asks"""
+  env = {k: v for k, v in {**os.environ, "DEV": "CPU", "FIRST_NUMPY": "0", "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT/'test'}", **(env or {})}.items() if v is not None}
   return " ".join(subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()[-last:])
 
 AGAINST_NUMPY = """

@@ -10,15 +10,15 @@ Only kernels this module evaluates exactly as the C program would (up to the ord
 transcendental, computed in float64 and rounded) are taken; anything else (Variables, an AFTER, a buffer read and written, a store
 whose index misses a range its value depends on, a dtype numpy lacks, too much work) is built as before. FIRST_NUMPY=0 turns it off."""
 from __future__ import annotations
-import math, time, functools, importlib.util
+import time, functools, importlib.util
 from typing import Any
-from tinygrad.helpers import ContextVar, to_mv, prod
-from tinygrad.dtype import dtypes, DType, Invalid
-from tinygrad.uop.ops import Ops, UOp, ProgramInfo, GroupOp
+from tinygrad.helpers import ContextVar, DEBUG, to_mv, prod
+from tinygrad.dtype import dtypes, DType, Invalid, AddrSpace
+from tinygrad.uop.ops import Ops, UOp, ProgramInfo
 
 FIRST_NUMPY = ContextVar("FIRST_NUMPY", 1)
-MAX_WORK = 1 << 27          # element-ops a kernel (every node's elements): past it the compiled kernel is cheaper than numpy's passes
-numpy_runtimes: dict[UOp, Any] = {}   # an interpreted PROGRAM: its runtime (engine/realize.py's get_runtime asks here on a miss)
+# past these a compiled kernel is cheaper than numpy's passes over memory (~1-2 ns an element a node against clang's ~50-300 ms)
+MAX_WORK, MAX_ELEMENTS = 1 << 26, 1 << 25   # element-ops of a kernel (every value's elements), elements of one value
 
 NP_DTYPES = {dtypes.bool: "bool", dtypes.int8: "int8", dtypes.int16: "int16", dtypes.int32: "int32", dtypes.int64: "int64",
              dtypes.uint8: "uint8", dtypes.uint16: "uint16", dtypes.uint32: "uint32", dtypes.uint64: "uint64", dtypes.float16: "float16",
@@ -37,39 +37,53 @@ def _gated(idx:UOp) -> tuple[UOp, UOp|None]:
   if idx.op is Ops.WHERE and idx.src[2].op is Ops.CONST and idx.src[2].arg is Invalid: return idx.src[1], idx.src[0]
   return idx, None
 
+def refuse(why:str) -> None:
+  if DEBUG >= 4: print(f"first_numpy: built, not run as numpy: {why}")
+
 def plan(ast:UOp) -> tuple[dict[UOp, int], tuple[int, ...]]|None:
   """(each RANGE's axis, the axes' sizes) when numpy can run this kernel as the C program would, else None"""
   if ast.op is not Ops.SINK or not FIRST_NUMPY or not numpy_available(): return None
   topo = ast.toposort()
-  if not all(u.op in SUPPORTED for u in topo): return None
+  if (ops:={u.op for u in topo} - SUPPORTED): return refuse(f"{ops}")
   ranges = [u for u in topo if u.op is Ops.RANGE]
-  if not all(r.src[0].op is Ops.CONST and isinstance(r.src[0].arg, int) and r.src[0].arg > 0 for r in ranges): return None
+  if not all(r.src[0].op is Ops.CONST and isinstance(r.src[0].arg, int) and r.src[0].arg > 0 for r in ranges): return refuse("a symbolic range")
   axes, sizes = {r: i for i, r in enumerate(ranges)}, tuple(r.src[0].arg for r in ranges)
   targets = {u.src[0] for u in topo if u.op is Ops.STORE}
-  gated = {u.src[1] for u in topo if u.op is Ops.INDEX and u.src[1].op is Ops.WHERE}
+  # a gated index, or a gated value stored (the element is left as it is where the gate is false)
+  gated = {u.src[1] for u in topo if u.op in (Ops.INDEX, Ops.STORE) and u.src[1].op is Ops.WHERE}
+  users: dict[UOp, list[UOp]] = {}
+  for u in topo:
+    for x in u.src: users.setdefault(x, []).append(u)
   deps: dict[UOp, frozenset[int]] = {}
   read, written, work = set(), set(), 0
   for u in topo:
     if u.op is Ops.CONST:
-      if u.arg is Invalid: continue   # only as a gated index's else (checked below)
-      if not isinstance(u.arg, (int, float, bool)): return None
+      if u.arg is not Invalid and not isinstance(u.arg, (int, float, bool)): return refuse(f"a constant {u.arg!r}")
     elif u.op is Ops.PARAM:
-      if not hasattr(u.arg, "slot") or u.arg.dtype not in NP_DTYPES or u.src[0].op is not Ops.CONST: return None
-    elif u.op not in (Ops.SINK, Ops.END, Ops.STORE) and u.dtype not in NP_DTYPES: return None
-    if u.op is Ops.WHERE and u.src[2].is_invalid and u not in gated: return None
+      if u.addrspace == AddrSpace.ALU or u.arg.dtype not in NP_DTYPES or u.src[0].op is not Ops.CONST: return refuse(f"a parameter {u.arg}")
+    elif u.op not in (Ops.SINK, Ops.END, Ops.STORE) and u.dtype not in NP_DTYPES: return refuse(f"{u.op} of {u.dtype}")
+    if u.op is Ops.WHERE and u.src[2].is_invalid and u not in gated: return refuse("an Invalid that is not a gated access")
+    if u.op is Ops.CONST and u.arg is Invalid and not all(c in gated and c.src[2] is u for c in users[u]): return refuse("an Invalid")
     if u.op is Ops.INDEX:
-      if len(u.src) != 2 or u.src[0].op is not Ops.PARAM: return None
+      if len(u.src) != 2 or u.src[0].op is not Ops.PARAM: return refuse("an INDEX that is not one index into a parameter")
       (written if u in targets else read).add(u.src[0].arg.slot)
-    d = frozenset([axes[u]]) if u.op is Ops.RANGE else frozenset().union(*[deps[s] for s in u.src if s in deps])
+    d = frozenset([axes[u]]) if u.op is Ops.RANGE else frozenset().union(*[deps[x] for x in u.src if x in deps])
     if u.op is Ops.REDUCE:
-      if u.arg[0] not in (Ops.ADD, Ops.MAX, Ops.MUL) or not all(s.op is Ops.RANGE for s in u.src[1:]): return None
-      d = d - {axes[s] for s in u.src[1:]}
-    if u.op is Ops.STORE:
-      if u.src[0].op is not Ops.INDEX or not deps[u.src[1]] <= deps[_gated(u.src[0].src[1])[0]]: return None  # each value its own element
+      if u.arg[0] not in (Ops.ADD, Ops.MAX, Ops.MUL) or not all(x.op is Ops.RANGE for x in u.src[1:]): return refuse(f"a REDUCE {u.arg}")
+      d = d - {axes[x] for x in u.src[1:]}
+    # each element a STORE writes is written once: its index depends on every range its value does
+    if u.op is Ops.STORE and (u.src[0].op is not Ops.INDEX or not deps[_gated(u.src[1])[0]] <= deps[_gated(u.src[0].src[1])[0]]):
+      return refuse("a store whose index misses a range its value depends on")
     deps[u] = frozenset() if u.op in (Ops.END, Ops.STORE) else d
-    if u.op not in (Ops.CONST, Ops.SINK, Ops.END, Ops.PARAM): work += prod(sizes[a] for a in d)
-  if read & written or not written or work > MAX_WORK: return None
-  return axes, sizes
+    if u.op not in (Ops.CONST, Ops.SINK, Ops.END, Ops.PARAM, Ops.RANGE):
+      n = prod(sizes[a] for a in d)
+      # a product only a REDUCE ADD uses is a matmul or an einsum there: never stored
+      if not (u.op is Ops.MUL and all(c.op is Ops.REDUCE and c.arg[0] is Ops.ADD for c in users[u])):
+        if n > MAX_ELEMENTS: return refuse(f"{n} elements in one value")
+        work += n
+  if read & written: return refuse("a buffer both read and written")
+  if work > MAX_WORK: return refuse(f"{work} element-ops")
+  return (axes, sizes) if written else None
 
 def numpy_program(ast:UOp) -> UOp|None:
   """the kernel as a PROGRAM whose runtime is numpy, or None where plan refuses it"""
@@ -78,9 +92,13 @@ def numpy_program(ast:UOp) -> UOp|None:
   slots = sorted({u.arg.slot for u in topo if u.op is Ops.PARAM})
   outs = tuple(sorted({u.src[0].src[0].arg.slot for u in topo if u.op is Ops.STORE}))
   name = "np_" + (ast.arg.name if ast.arg is not None and getattr(ast.arg, "name", "test") != "test" else "kernel")
-  prg = UOp(Ops.PROGRAM, src=(ast,), arg=ProgramInfo(name, globals=tuple(slots), outs=outs, ins=tuple(s for s in slots if s not in outs)))
-  numpy_runtimes[prg] = NumpyKernel(ast, *p, slots)
-  return prg
+  # only its kernel's AST: a compiled PROGRAM has its LINEAR, SOURCE and BINARY too
+  return UOp(Ops.PROGRAM, src=(ast,), arg=ProgramInfo(name, globals=tuple(slots), outs=outs, ins=tuple(s for s in slots if s not in outs)))
+
+def numpy_runtime(prg:UOp) -> NumpyKernel|None:
+  """the runtime of a PROGRAM numpy_program made (here or in a compile worker), for engine/realize.py's get_runtime, which keeps it"""
+  if len(prg.src) != 1 or prg.src[0].op is not Ops.SINK or (p:=plan(prg.src[0])) is None: return None
+  return NumpyKernel(prg.src[0], *p, list(prg.arg.globals))
 
 class Affine:
   """an index that is a constant plus ranges times constants: read and written as a strided view, never materialized"""
@@ -99,15 +117,19 @@ class NumpyKernel:
     users: dict[UOp, list[UOp]] = {}
     for u in self.topo:
       for s in u.src: users.setdefault(s, []).append(u)
+    self.gated = {u.src[1] for u in self.topo if u.op in (Ops.INDEX, Ops.STORE) and u.src[1].op is Ops.WHERE and u.src[1].src[2].is_invalid}
+    # Tensor.cos is sin(pi/2 - x): cos of x itself, as the codegen's decomposition takes it (pi/2 - x rounds to x's precision)
+    from tinygrad.codegen.decomp.transcendental import _cos_arg
+    self.cos_of = {u: x for u in self.topo if u.op is Ops.SIN and (x:=_cos_arg(u.src[0])) is not None}
     self.lazy = {u for u in self.topo if u.op is Ops.MUL and dtypes.is_float(u.dtype) and
                  all(c.op is Ops.REDUCE and c.arg[0] is Ops.ADD and c.src[0] is u for c in users[u])}
 
   def __call__(self, *bufs, global_size=None, local_size=None, vals=(), wait=False, timeout=None):
     import numpy as np
     from tinygrad.device import Device
-    # the CPU device runs its queue on a thread: what it was given to do before this kernel is done before numpy reads
-    for b in bufs:
-      if (owner:=getattr(b, "owner", None)) is not None: owner.synchronize(); break
+    # a CPU device runs its queue on a thread, and a copy into its buffers on either device's queue: numpy reads once every device is done
+    # with what it was given before this kernel (a compiled kernel would wait for those in its own queue)
+    for d in sorted(Device._opened_devices): Device[d].synchronize()
     st = time.perf_counter()
     arrays = {slot: np.frombuffer(to_mv(b.va_addr, b.size), dtype=np.uint8) for slot, b in zip(self.slots, bufs)}
     with np.errstate(all="ignore"): self.run(np, arrays)
@@ -145,15 +167,17 @@ class NumpyKernel:
       op, src = u.op, u.src
       if op is Ops.CONST: v[u] = u.arg
       elif op is Ops.RANGE: v[u] = Affine({self.axes[u]: 1}, 0)
-      elif op in (Ops.PARAM, Ops.SINK, Ops.END, Ops.INDEX) or u in self.lazy: continue   # an INDEX is read where it is used
+      elif op in (Ops.PARAM, Ops.SINK, Ops.END, Ops.INDEX) or u in self.lazy or u in self.gated: continue   # an INDEX is read where it is used
       elif op is Ops.STORE: self.store(np, v, src[0], src[1], view, arr)
       elif op is Ops.REDUCE: v[u] = self.reduce(np, v, u, view, arr)
+      elif u in self.cos_of: v[u] = arr(np.cos(np.asarray(self.value(np, v, self.cos_of[u], view, arr), dtype=np.float64)), u.dtype)
       else: v[u] = self.alu(np, u, [self.value(np, v, s, view, arr) for s in src], arr)
 
   def value(self, np, v, s:UOp, view, arr):
     """a source's value: an INDEX is a load, kept for its other users"""
     if s in v: return v[s]
-    if s.op is not Ops.INDEX:   # a lazy product
+    if s.op is Ops.CONST: return s.arg
+    if s.op is not Ops.INDEX:   # a lazy product, or cos's x where it was y*-c (folded from -(y*c))
       v[s] = ret = self.alu(np, s, [self.value(np, v, x, view, arr) for x in s.src], arr)
       return ret
     idx, gate = _gated(s.src[1])
@@ -164,8 +188,10 @@ class NumpyKernel:
 
   def store(self, np, v, index:UOp, val:UOp, view, arr) -> None:
     idx, gate = _gated(index.src[1])
+    val, val_gate = _gated(val)
     x = arr(self.value(np, v, val, view, arr), index.src[0].arg.dtype)
     g = None if gate is None else arr(v[gate], dtypes.bool)
+    if val_gate is not None: g = arr(v[val_gate], dtypes.bool) if g is None else g & arr(v[val_gate], dtypes.bool)
     elems, ix = view(index.src[0], v[idx])
     if ix is None and np.broadcast_shapes(elems.shape, np.shape(x), np.shape(g) if g is not None else ()) == elems.shape:
       if g is None: elems[...] = x
@@ -183,7 +209,11 @@ class NumpyKernel:
     axes, op, nd = tuple(self.axes[r] for r in u.src[1:]), u.arg[0], len(self.sizes)
     if op is Ops.ADD and u.src[0].op is Ops.MUL and dtypes.is_float(u.dtype):
       a, b = (arr(self.value(np, v, s, view, arr), u.dtype) for s in u.src[0].src)
-      if np.ndim(a) == nd and np.ndim(b) == nd and (m:=self.matmul(np, a, b, axes)) is not None: return m
+      if np.ndim(a) == nd and np.ndim(b) == nd:
+        if (m:=self.matmul(np, a, b, axes)) is not None: return m
+        # a product with no outer product in it: one pass of einsum, the product never stored
+        kept = [i for i in range(nd) if i not in axes]
+        return np.einsum(a, list(range(nd)), b, list(range(nd)), kept).reshape([max(a.shape[i], b.shape[i]) if i in kept else 1 for i in range(nd)])
     x = arr(self.value(np, v, u.src[0], view, arr), u.dtype)
     x = np.broadcast_to(x, np.broadcast_shapes(np.shape(x), tuple(s if i in axes else 1 for i, s in enumerate(self.sizes))))
     return {Ops.ADD: np.add, Ops.MAX: np.maximum, Ops.MUL: np.multiply}[op].reduce(x, axis=axes, keepdims=True)
