@@ -268,7 +268,7 @@ class TestScheduleTemplate(unittest.TestCase):
     a, b = Tensor(rand(5, 3, seed=0)).realize(), Tensor(rand(3, 4, seed=1)).realize()
     for _ in range(3): self.f(a, b).realize()   # the template and its schedule, with the default opts
     with Context(NOOPT=1):
-      self.f(a, b).realize()
+      for _ in range(2): self.f(a, b).realize()   # (a first run as numpy is a quick build, not kept: the second realize compiles)
       key = callify_cache.graph_structure(UOp.sink(self.f(a, b).uop))[0]
       self.assertTrue(all(c.src[0].src[0].arg.opts_to_apply is None and not c.src[0].src[0].arg.applied_opts
                           for c in callify_cache._templates[key].linear.src))

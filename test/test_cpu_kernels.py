@@ -29,6 +29,12 @@ from tinygrad.codegen.opt.heuristic_cpu import cpu_tile_bytes
 
 LINEAR_SCHEDULE = not LINE_012   # 0.14: a schedule is a LINEAR of CALLs, each CALL's src[0] its kernel's AST
 
+# these test the compiled kernels: on 0.14 none runs first as numpy (engine/first_numpy.py, on by default)
+_compiled_only = contextlib.ExitStack()
+def setUpModule():
+  if not LINE_012: _compiled_only.enter_context(Context(FIRST_NUMPY=0))
+def tearDownModule(): _compiled_only.close()
+
 def last_kernel(t:Tensor):
   """the AST of the last kernel that realizes t"""
   if LINEAR_SCHEDULE: return t.schedule_linear().src[-1].src[0]

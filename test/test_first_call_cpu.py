@@ -435,6 +435,7 @@ class TestFirstBuildTier(unittest.TestCase):
   def setUp(self):
     from tinygrad.engine import first_tier
     self.ft = first_tier
+    self.enterContext(Context(FIRST_NUMPY=0))   # the quick builds under the numpy run (test_first_numpy.py)
     self.rng = np.random.default_rng(56)
 
   def programs(self, linear:UOp) -> list[UOp]: return [u for u in linear.toposort() if u.op is Ops.PROGRAM]
@@ -721,7 +722,7 @@ class TestClangTogether(unittest.TestCase):
     def f(X):
       if isinstance(X, Tensor): return vmap(lambda r: r.sin().contiguous().sum() + r.cos().exp().max())(X)
       return np.sin(X.astype(np.float64)).sum(1) + np.exp(np.cos(X.astype(np.float64))).max(1)
-    batches, _ = self.build(f, x, TIERED=1)
+    batches, _ = self.build(f, x, TIERED=1, FIRST_NUMPY=0)   # the quick builds, not a first run as numpy
     self.assertEqual(batches, [2])
 
   def test_failed_clang_builds_alone(self):

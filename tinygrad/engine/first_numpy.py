@@ -14,7 +14,8 @@ import time, functools, importlib.util
 from typing import Any
 from tinygrad.helpers import ContextVar, DEBUG, to_mv, prod
 from tinygrad.dtype import dtypes, DType, Invalid, AddrSpace
-from tinygrad.uop.ops import Ops, UOp, ProgramInfo
+from tinygrad.uop.ops import Ops, UOp, ProgramInfo, graph_rewrite
+from tinygrad.uop.symbolic import sym
 
 FIRST_NUMPY = ContextVar("FIRST_NUMPY", 1)
 # past these a compiled kernel is cheaper than numpy's passes over memory (~1-2 ns an element a node against clang's ~50-300 ms)
@@ -66,7 +67,9 @@ def plan(ast:UOp) -> tuple[dict[UOp, int], tuple[int, ...]]|None:
     if u.op is Ops.CONST and u.arg is Invalid and not all(c in gated and c.src[2] is u for c in users[u]): return refuse("an Invalid")
     if u.op is Ops.INDEX:
       if len(u.src) != 2 or u.src[0].op is not Ops.PARAM: return refuse("an INDEX that is not one index into a parameter")
-      (written if u in targets else read).add(u.src[0].arg.slot)
+      # an element read where it is written (x += 1) is read before it is written, in numpy as in the loop
+      if u in targets: written.add(u.src[0].arg.slot)
+      else: read.add(u.src[0].arg.slot)
     d = frozenset([axes[u]]) if u.op is Ops.RANGE else frozenset().union(*[deps[x] for x in u.src if x in deps])
     if u.op is Ops.REDUCE:
       if u.arg[0] not in (Ops.ADD, Ops.MAX, Ops.MUL) or not all(x.op is Ops.RANGE for x in u.src[1:]): return refuse(f"a REDUCE {u.arg}")
@@ -81,12 +84,14 @@ def plan(ast:UOp) -> tuple[dict[UOp, int], tuple[int, ...]]|None:
       if not (u.op is Ops.MUL and all(c.op is Ops.REDUCE and c.arg[0] is Ops.ADD for c in users[u])):
         if n > MAX_ELEMENTS: return refuse(f"{n} elements in one value")
         work += n
-  if read & written: return refuse("a buffer both read and written")
+  if read & written: return refuse("a buffer read at other elements than it writes")
   if work > MAX_WORK: return refuse(f"{work} element-ops")
   return (axes, sizes) if written else None
 
 def numpy_program(ast:UOp) -> UOp|None:
   """the kernel as a PROGRAM whose runtime is numpy, or None where plan refuses it"""
+  # the codegen's first rewrite of the AST (symbolic's algebra, which can turn an inf*0 into a 1-1/(1+x)): numpy computes what it does
+  ast = graph_rewrite(ast, sym, name="first numpy symbolic")
   if (p:=plan(ast)) is None: return None
   topo = ast.toposort()
   slots = sorted({u.arg.slot for u in topo if u.op is Ops.PARAM})
@@ -148,8 +153,12 @@ class NumpyKernel:
         for a, k in x.coefs.items():
           if k: out = out + np.arange(self.sizes[a], dtype=np.int64).reshape(self.shape({a})) * k
         x = out
-      if dt is not None: return np.asarray(x).astype(npdt(dt), copy=False) if isinstance(x, np.ndarray) else npdt(dt).type(x)
-      return x
+      if dt is None: return x
+      if isinstance(x, (np.ndarray, np.generic)): return np.asarray(x).astype(npdt(dt), copy=False)
+      if isinstance(x, int) and (d:=npdt(dt)).kind in "iu":   # a Python int wraps to the dtype's bits, as C's conversion does
+        x &= (1 << (bits:=8*d.itemsize)) - 1
+        return d.type(x - (1 << bits) if d.kind == "i" and x >> (bits-1) else x)
+      return npdt(dt).type(x)
     def buffer(p:UOp): return raw[p.arg.slot].view(npdt(p.arg.dtype))
     def view(p:UOp, idx):
       """(the elements an index names, as a strided view where it is Affine and in bounds, else an index array)"""
@@ -216,6 +225,8 @@ class NumpyKernel:
         return np.einsum(a, list(range(nd)), b, list(range(nd)), kept).reshape([max(a.shape[i], b.shape[i]) if i in kept else 1 for i in range(nd)])
     x = arr(self.value(np, v, u.src[0], view, arr), u.dtype)
     x = np.broadcast_to(x, np.broadcast_shapes(np.shape(x), tuple(s if i in axes else 1 for i, s in enumerate(self.sizes))))
+    if op is Ops.MAX and x.dtype.kind == "f":   # the loop's max(acc, x) is acc<x ? x : acc from -inf: a NaN never wins
+      return np.fmax.reduce(x, axis=axes, keepdims=True, initial=-np.inf).astype(x.dtype, copy=False)
     return {Ops.ADD: np.add, Ops.MAX: np.maximum, Ops.MUL: np.multiply}[op].reduce(x, axis=axes, keepdims=True)
 
   def matmul(self, np, a, b, axes:tuple[int, ...]):
@@ -252,8 +263,11 @@ class NumpyKernel:
       return np.ascontiguousarray(arr(xs[0], u.src[0].dtype)).view(np.dtype(NP_DTYPES[dt]))
     if op is Ops.WHERE: return np.where(arr(xs[0], dtypes.bool), arr(xs[1], dt), arr(xs[2], dt))
     if op is Ops.MULACC: return arr(arr(xs[0], dt) * arr(xs[1], dt) + arr(xs[2], dt), dt)
-    sdt = u.src[0].dtype if u.src[0].dtype not in dtypes.weaks or len(u.src) == 1 else u.src[-1].dtype
-    if sdt in dtypes.weaks: sdt = dt if dt is not dtypes.bool else dtypes.weakint
+    # an ALU's operands are of its dtype (the codegen casts a float ALU's others: RECIPROCAL of an int is 1.0/x), a comparison's of its
+    # strong operand's
+    if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ): sdt = u.src[0].dtype if u.src[0].dtype not in dtypes.weaks else u.src[1].dtype
+    else: sdt = dt
+    if sdt in dtypes.weaks: sdt = dtypes.weakint if dtypes.is_int(sdt) else dtypes.float64
     a = [arr(x, sdt) for x in xs]
     if op in UNARY:
       x = a[0]
