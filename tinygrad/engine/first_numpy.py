@@ -116,18 +116,20 @@ class Affine:
   def mul(self, k:int) -> Affine: return Affine({a: v*k for a, v in self.coefs.items()}, self.c*k)
 
 class NumpyKernel:
+  """a kernel's runtime: its AST evaluated by numpy over the buffers it is called with"""
   def __init__(self, ast:UOp, axes:dict[UOp, int], sizes:tuple[int, ...], slots:list[int]):
-    self.ast, self.axes, self.sizes, self.slots, self.topo = ast, axes, sizes, slots, ast.toposort()
-    # a product only REDUCE ADDs use is evaluated there: a matmul never builds it
+    self.axes, self.sizes, self.slots, self.topo = axes, sizes, slots, ast.toposort()
     users: dict[UOp, list[UOp]] = {}
     for u in self.topo:
-      for s in u.src: users.setdefault(s, []).append(u)
+      for x in u.src: users.setdefault(x, []).append(u)
     self.gated = {u.src[1] for u in self.topo if u.op in (Ops.INDEX, Ops.STORE) and u.src[1].op is Ops.WHERE and u.src[1].src[2].is_invalid}
     # Tensor.cos is sin(pi/2 - x): cos of x itself, as the codegen's decomposition takes it (pi/2 - x rounds to x's precision)
     from tinygrad.codegen.decomp.transcendental import _cos_arg
     self.cos_of = {u: x for u in self.topo if u.op is Ops.SIN and (x:=_cos_arg(u.src[0])) is not None}
+    # a product only REDUCE ADDs use is evaluated there: a matmul or an einsum, never the product itself
     self.lazy = {u for u in self.topo if u.op is Ops.MUL and dtypes.is_float(u.dtype) and
                  all(c.op is Ops.REDUCE and c.arg[0] is Ops.ADD and c.src[0] is u for c in users[u])}
+    self.lazy_reduces = {c for u in self.lazy for c in users[u]}
 
   def __call__(self, *bufs, global_size=None, local_size=None, vals=(), wait=False, timeout=None):
     import numpy as np
@@ -136,77 +138,80 @@ class NumpyKernel:
     # with what it was given before this kernel (a compiled kernel would wait for those in its own queue)
     for d in sorted(Device._opened_devices): Device[d].synchronize()
     st = time.perf_counter()
-    arrays = {slot: np.frombuffer(to_mv(b.va_addr, b.size), dtype=np.uint8) for slot, b in zip(self.slots, bufs)}
-    with np.errstate(all="ignore"): self.run(np, arrays)
+    with np.errstate(all="ignore"): _Run(self, np, {slot: np.frombuffer(to_mv(b.va_addr, b.size), np.uint8) for slot, b in zip(self.slots, bufs)})
     return time.perf_counter() - st if wait else None
 
-  def shape(self, d) -> tuple[int, ...]: return tuple(s if i in d else 1 for i, s in enumerate(self.sizes))
+class _Run:
+  """one evaluation: each node's value an array over the kernel's axes (size 1 on those it does not depend on), a Python constant, or an
+  Affine index"""
+  def __init__(self, k:NumpyKernel, np, raw:dict[int, Any]):
+    self.k, self.np, self.raw, self.sizes, self.v = k, np, raw, k.sizes, {}
+    for u in k.topo:
+      if u.op is Ops.CONST: self.v[u] = u.arg
+      elif u.op is Ops.RANGE: self.v[u] = Affine({k.axes[u]: 1}, 0)
+      elif u.op in (Ops.PARAM, Ops.SINK, Ops.END, Ops.INDEX) or u in k.lazy or u in k.gated: continue   # an INDEX is read where it is used
+      elif u.op is Ops.STORE: self.store(*u.src)
+      elif u.op is Ops.REDUCE: self.v[u] = self.reduce(u)
+      elif u in k.cos_of: self.v[u] = self.arr(np.cos(np.asarray(self.value(k.cos_of[u]), dtype=np.float64)), u.dtype)
+      else: self.v[u] = self.alu(u, [self.value(x) for x in u.src])
 
-  def run(self, np, raw:dict[int, Any]) -> None:
-    v: dict[UOp, Any] = {}
-    nd = len(self.sizes)
-    def npdt(dt:DType): return np.dtype(NP_DTYPES[dt])
-    def arr(x, dt:DType|None=None):
-      """a node's value as an array (an Affine index summed from its ranges)"""
-      if isinstance(x, Affine):
-        out = np.full((1,)*nd, x.c, dtype=np.int64)
-        for a, k in x.coefs.items():
-          if k: out = out + np.arange(self.sizes[a], dtype=np.int64).reshape(self.shape({a})) * k
-        x = out
-      if dt is None: return x
-      if isinstance(x, (np.ndarray, np.generic)): return np.asarray(x).astype(npdt(dt), copy=False)
-      if isinstance(x, int) and (d:=npdt(dt)).kind in "iu":   # a Python int wraps to the dtype's bits, as C's conversion does
-        x &= (1 << (bits:=8*d.itemsize)) - 1
-        return d.type(x - (1 << bits) if d.kind == "i" and x >> (bits-1) else x)
-      return npdt(dt).type(x)
-    def buffer(p:UOp): return raw[p.arg.slot].view(npdt(p.arg.dtype))
-    def view(p:UOp, idx):
-      """(the elements an index names, as a strided view where it is Affine and in bounds, else an index array)"""
-      buf = buffer(p)
-      if isinstance(idx, Affine):
-        lo = idx.c + sum(k*(self.sizes[a]-1) for a, k in idx.coefs.items() if k < 0)
-        hi = idx.c + sum(k*(self.sizes[a]-1) for a, k in idx.coefs.items() if k > 0)
-        if 0 <= lo and hi < buf.size:
-          strides = [0]*nd
-          for a, k in idx.coefs.items(): strides[a] = k*buf.itemsize
-          shape = tuple(s if strides[i] else 1 for i, s in enumerate(self.sizes))
-          return np.lib.stride_tricks.as_strided(buf[idx.c:], shape=shape, strides=tuple(strides)), None
-      return buf, arr(idx)
-    for u in self.topo:
-      op, src = u.op, u.src
-      if op is Ops.CONST: v[u] = u.arg
-      elif op is Ops.RANGE: v[u] = Affine({self.axes[u]: 1}, 0)
-      elif op in (Ops.PARAM, Ops.SINK, Ops.END, Ops.INDEX) or u in self.lazy or u in self.gated: continue   # an INDEX is read where it is used
-      elif op is Ops.STORE: self.store(np, v, src[0], src[1], view, arr)
-      elif op is Ops.REDUCE: v[u] = self.reduce(np, v, u, view, arr)
-      elif u in self.cos_of: v[u] = arr(np.cos(np.asarray(self.value(np, v, self.cos_of[u], view, arr), dtype=np.float64)), u.dtype)
-      else: v[u] = self.alu(np, u, [self.value(np, v, s, view, arr) for s in src], arr)
+  def npdt(self, dt:DType): return self.np.dtype(NP_DTYPES[dt])
 
-  def value(self, np, v, s:UOp, view, arr):
+  def arr(self, x, dt:DType|None=None):
+    """a value as an array (an Affine index summed from its ranges), of dt if given"""
+    np = self.np
+    if isinstance(x, Affine):
+      out = np.full((1,)*len(self.sizes), x.c, dtype=np.int64)
+      for a, c in x.coefs.items():
+        if c: out = out + np.arange(self.sizes[a], dtype=np.int64).reshape([s if i == a else 1 for i, s in enumerate(self.sizes)]) * c
+      x = out
+    if dt is None: return x
+    if isinstance(x, (np.ndarray, np.generic)): return np.asarray(x).astype(self.npdt(dt), copy=False)
+    if isinstance(x, int) and (d:=self.npdt(dt)).kind in "iu":   # a Python int wraps to the dtype's bits, as C's conversion does
+      x &= (1 << (bits:=8*d.itemsize)) - 1
+      return d.type(x - (1 << bits) if d.kind == "i" and x >> (bits-1) else x)
+    return self.npdt(dt).type(x)
+
+  def view(self, p:UOp, idx):
+    """(the elements of p's buffer an index names, None) as a strided view where it is Affine and in bounds, else (the buffer, an index
+    array)"""
+    buf = self.raw[p.arg.slot].view(self.npdt(p.arg.dtype))
+    if isinstance(idx, Affine):
+      lo = idx.c + sum(c*(self.sizes[a]-1) for a, c in idx.coefs.items() if c < 0)
+      hi = idx.c + sum(c*(self.sizes[a]-1) for a, c in idx.coefs.items() if c > 0)
+      if 0 <= lo and hi < buf.size:
+        strides = [0]*len(self.sizes)
+        for a, c in idx.coefs.items(): strides[a] = c*buf.itemsize
+        shape = tuple(s if strides[i] else 1 for i, s in enumerate(self.sizes))
+        return self.np.lib.stride_tricks.as_strided(buf[idx.c:], shape=shape, strides=tuple(strides)), None
+    return buf, self.arr(idx)
+
+  def value(self, u:UOp):
     """a source's value: an INDEX is a load, kept for its other users"""
-    if s in v: return v[s]
-    if s.op is Ops.CONST: return s.arg
-    if s.op is not Ops.INDEX:   # a lazy product, or cos's x where it was y*-c (folded from -(y*c))
-      v[s] = ret = self.alu(np, s, [self.value(np, v, x, view, arr) for x in s.src], arr)
+    if u in self.v: return self.v[u]
+    if u.op is Ops.CONST: return u.arg
+    np = self.np
+    if u.op is not Ops.INDEX:   # a lazy product, or cos's x where it was y*-c (folded from -(y*c))
+      self.v[u] = ret = self.alu(u, [self.value(x) for x in u.src])
       return ret
-    idx, gate = _gated(s.src[1])
-    elems, ix = view(s.src[0], v[idx])
-    if ix is not None: elems = np.take(elems, ix if gate is None else np.where(arr(v[gate]), ix, 0), mode="clip")
-    v[s] = ret = elems if gate is None else np.where(arr(v[gate]), elems, elems.dtype.type(0))
+    idx, gate = _gated(u.src[1])
+    elems, ix = self.view(u.src[0], self.v[idx])
+    if ix is not None: elems = np.take(elems, ix if gate is None else np.where(self.arr(self.v[gate]), ix, 0), mode="clip")
+    self.v[u] = ret = elems if gate is None else np.where(self.arr(self.v[gate]), elems, elems.dtype.type(0))
     return ret
 
-  def store(self, np, v, index:UOp, val:UOp, view, arr) -> None:
-    idx, gate = _gated(index.src[1])
-    val, val_gate = _gated(val)
-    x = arr(self.value(np, v, val, view, arr), index.src[0].arg.dtype)
-    g = None if gate is None else arr(v[gate], dtypes.bool)
-    if val_gate is not None: g = arr(v[val_gate], dtypes.bool) if g is None else g & arr(v[val_gate], dtypes.bool)
-    elems, ix = view(index.src[0], v[idx])
+  def store(self, index:UOp, val:UOp) -> None:
+    np = self.np
+    (idx, gate), (val, val_gate) = _gated(index.src[1]), _gated(val)
+    x = self.arr(self.value(val), index.src[0].arg.dtype)
+    gates = [self.arr(self.v[g], dtypes.bool) for g in (gate, val_gate) if g is not None]
+    g = (gates[0] & gates[1] if len(gates) == 2 else gates[0]) if gates else None
+    elems, ix = self.view(index.src[0], self.v[idx])
     if ix is None and np.broadcast_shapes(elems.shape, np.shape(x), np.shape(g) if g is not None else ()) == elems.shape:
       if g is None: elems[...] = x
       else: np.copyto(elems, x, where=g)
       return
-    if ix is None: elems, ix = view(index.src[0], arr(v[idx]))   # a gate over more ranges than the index: through an index array
+    if ix is None: elems, ix = self.view(index.src[0], self.arr(self.v[idx]))   # a gate over more ranges than the index: an index array
     full = np.broadcast_shapes(np.shape(ix), np.shape(x), np.shape(g) if g is not None else ())
     ix, x = np.broadcast_to(ix, full), np.broadcast_to(x, full)
     if g is None: elems[ix.ravel()] = x.ravel()
@@ -214,42 +219,42 @@ class NumpyKernel:
       m = np.broadcast_to(g, full)
       elems[ix[m]] = x[m]
 
-  def reduce(self, np, v, u:UOp, view, arr):
-    axes, op, nd = tuple(self.axes[r] for r in u.src[1:]), u.arg[0], len(self.sizes)
-    if op is Ops.ADD and u.src[0].op is Ops.MUL and dtypes.is_float(u.dtype):
-      a, b = (arr(self.value(np, v, s, view, arr), u.dtype) for s in u.src[0].src)
+  def reduce(self, u:UOp):
+    np, nd, op = self.np, len(self.sizes), u.arg[0]
+    axes = tuple(self.k.axes[r] for r in u.src[1:])
+    if op is Ops.ADD and u in self.k.lazy_reduces:
+      a, b = (self.arr(self.value(x), u.dtype) for x in u.src[0].src)
       if np.ndim(a) == nd and np.ndim(b) == nd:
-        if (m:=self.matmul(np, a, b, axes)) is not None: return m
-        # a product with no outer product in it: one pass of einsum, the product never stored
-        kept = [i for i in range(nd) if i not in axes]
-        return np.einsum(a, list(range(nd)), b, list(range(nd)), kept).reshape([max(a.shape[i], b.shape[i]) if i in kept else 1 for i in range(nd)])
-    x = arr(self.value(np, v, u.src[0], view, arr), u.dtype)
+        # a reduced axis neither operand depends on adds the same product that many times
+        scale = prod(self.sizes[i] for i in axes if a.shape[i] == 1 and b.shape[i] == 1)
+        if (out:=self.matmul(a, b, axes)) is None:   # no outer product in it: one pass of einsum, the product never stored
+          kept = [i for i in range(nd) if i not in axes]
+          out = np.einsum(a, list(range(nd)), b, list(range(nd)), kept).reshape([max(a.shape[i], b.shape[i]) if i in kept else 1 for i in range(nd)])
+        return out * out.dtype.type(scale) if scale > 1 else out
+    x = self.arr(self.value(u.src[0]), u.dtype)
     x = np.broadcast_to(x, np.broadcast_shapes(np.shape(x), tuple(s if i in axes else 1 for i, s in enumerate(self.sizes))))
     if op is Ops.MAX and x.dtype.kind == "f":   # the loop's max(acc, x) is acc<x ? x : acc from -inf: a NaN never wins
       return np.fmax.reduce(x, axis=axes, keepdims=True, initial=-np.inf).astype(x.dtype, copy=False)
     return {Ops.ADD: np.add, Ops.MAX: np.maximum, Ops.MUL: np.multiply}[op].reduce(x, axis=axes, keepdims=True)
 
-  def matmul(self, np, a, b, axes:tuple[int, ...]):
-    """a REDUCE ADD of a product over its ranges as np.matmul: batch axes, a's own, the reduced, b's own"""
+  def matmul(self, a, b, axes:tuple[int, ...]):
+    """a REDUCE ADD of a product with an outer product in it as np.matmul: batch axes, a's own, the reduced, b's own; None without one"""
     A, B, R = {i for i, s in enumerate(a.shape) if s > 1}, {i for i, s in enumerate(b.shape) if s > 1}, set(axes)
-    # a reduced axis only one side has is summed there first; one neither has adds the same product that many times
-    batch, red, m, n, none = sorted(A & B - R), sorted(A & B & R), sorted(A - B - R), sorted(B - A - R), R - A - B
-    if not (m and n): return None   # no outer product to build: the product and a sum are as cheap
-    a = a.sum(axis=tuple(sorted((R & A) - B)), keepdims=True) if (R & A) - B else a
-    b = b.sum(axis=tuple(sorted((R & B) - A)), keepdims=True) if (R & B) - A else b
-    A, B = A - (R - B), B - (R - A)
+    batch, red, m, n = sorted(A & B - R), sorted(A & B & R), sorted(A - B - R), sorted(B - A - R)
+    if not (m and n): return None
+    # a reduced axis only one operand has is summed there first
+    if (R & A) - B: a = a.sum(axis=tuple(sorted((R & A) - B)), keepdims=True)
+    if (R & B) - A: b = b.sum(axis=tuple(sorted((R & B) - A)), keepdims=True)
     rest = [i for i in range(len(self.sizes)) if i not in batch + m + n]
     sz = lambda ax: prod(self.sizes[i] for i in ax)
-    am = a.transpose(batch + m + red + [i for i in range(a.ndim) if i not in A]).reshape(sz(batch), sz(m), sz(red))
-    bm = b.transpose(batch + red + n + [i for i in range(b.ndim) if i not in B]).reshape(sz(batch), sz(red), sz(n))
-    out = np.matmul(am, bm)
-    if (scale:=sz(none)) > 1: out = out * out.dtype.type(scale)
+    am = a.transpose(batch + m + red + [i for i in range(a.ndim) if i not in batch + m + red]).reshape(sz(batch), sz(m), sz(red))
+    bm = b.transpose(batch + red + n + [i for i in range(b.ndim) if i not in batch + red + n]).reshape(sz(batch), sz(red), sz(n))
     order = batch + m + n + rest
-    out = out.reshape([self.sizes[i] for i in batch + m + n] + [1]*len(rest))
+    out = self.np.matmul(am, bm).reshape([self.sizes[i] for i in batch + m + n] + [1]*len(rest))
     return out.transpose([order.index(i) for i in range(len(self.sizes))])
 
-  def alu(self, np, u:UOp, xs:list, arr):
-    op, dt = u.op, u.dtype
+  def alu(self, u:UOp, xs:list):
+    np, arr, op, dt = self.np, self.arr, u.op, u.dtype
     if dt is dtypes.weakint and op in (Ops.ADD, Ops.MUL, Ops.SUB, Ops.NEG):
       a = [x if isinstance(x, Affine) else Affine({}, x) if isinstance(x, int) else None for x in xs]
       if all(x is not None for x in a):
