@@ -15,7 +15,7 @@ BYTECODE := $(PYTHON) -m compileall -q -j 0 tinygrad
 NO_DEV := env -u CPU -u CL -u GPU -u CUDA -u NV -u AMD -u METAL -u LLVM -u PYTHON -u DEV
 CPU_PIN = $(NO_DEV) $$($(PYTHON) $(CURDIR)/tools/fork.py env cpu_env)
 
-.PHONY: fork patches check-patches setup setup-upstream test test-spec test-upstream upstream-baseline demo bench
+.PHONY: fork patches check-patches setup setup-upstream test test-spec test-first-numpy test-upstream upstream-baseline demo bench
 
 fork:            ## materialize pristine upstream + the series into tinygrad/ (SERIES=vmap: the vmap topics only; FORCE=1 discards edits not exported)
 	$(FORK) fork $(if $(FORCE),--force) $(SERIES_ARG)
@@ -55,6 +55,8 @@ test: setup      ## the project's tests, then the GPU test files on the PYTHON d
 	$(if $(SKIP_EMULATOR),,$(NO_DEV) $$($(FORK) env emulator_env) $(PYTEST) -q $(GPU_TESTS) -k "not cast_folding" || [ $$? = 5 ])   # 5: all skipped
 test-spec: setup ## the vmap test files with SPEC=2: every UOp checked against its spec when it is created
 	$(CPU_PIN) SPEC=2 $(PYTEST) -q $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/test_jvp.py || [ $$? = 5 ]
+test-first-numpy: setup   ## 0.14: the GPU test files with FIRST_NUMPY=1, each CPU kernel's first run numpy's (pytest leaves it off)
+	$(CPU_PIN) FIRST_NUMPY=1 $(PYTEST) -q $(GPU_TESTS) test/test_scan.py test/test_vmap_fuzz.py || [ $$? = 5 ]
 # the GPU: no set-up (a borrowed GPU machine may have no network: materialize tinygrad/ here and take it along), the vmap, jvp and Jacobian
 # test files on GPU=CUDA (or NV) in parallel, cut at GPU_TIMEOUT seconds with SIGINT so the failures so far are still listed by name
 GPU ?= CUDA

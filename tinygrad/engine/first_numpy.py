@@ -8,16 +8,24 @@ kernel is lowered (its second run, TinyJit's capture) it is built in full, as a 
 
 Only kernels this module evaluates exactly as the C program would (up to the order a float reduce adds in and the last bit of a
 transcendental, computed in float64 and rounded) are taken; anything else (Variables, an AFTER, a buffer read and written, a store
-whose index misses a range its value depends on, a dtype numpy lacks, too much work) is built as before. FIRST_NUMPY=0 turns it off."""
+whose index misses a range its value depends on, a dtype numpy lacks, too much work) is built as before. FIRST_NUMPY below."""
 from __future__ import annotations
-import time, functools, importlib.util
+import os, time, functools, importlib.util
+from dataclasses import replace
 from typing import Any
-from tinygrad.helpers import ContextVar, DEBUG, to_mv, prod
+from tinygrad.helpers import ContextVar, DEBUG, VIZ, PROFILE, to_mv, prod
 from tinygrad.dtype import dtypes, DType, Invalid, AddrSpace
-from tinygrad.uop.ops import Ops, UOp, ProgramInfo, graph_rewrite
+from tinygrad.uop.ops import Ops, UOp, ProgramInfo, KernelInfo, GroupOp, graph_rewrite
+from tinygrad.renderer import Estimates
 from tinygrad.uop.symbolic import sym
 
-FIRST_NUMPY = ContextVar("FIRST_NUMPY", 1)
+# FIRST_NUMPY=1 on, 0 off. Left unset (-1), on but while pytest runs a test (PYTEST_CURRENT_TEST: a test of the codegen, the compiler or
+# the runtime, or one that mocks them, tests the compiled kernel; as the program cache), with DEBUG>=3 or VIZ (they show the codegen)
+# and with PROFILE (its events are the runtime's)
+FIRST_NUMPY = ContextVar("FIRST_NUMPY", -1)
+def enabled() -> bool:
+  if FIRST_NUMPY.value >= 0: return FIRST_NUMPY.value > 0
+  return "PYTEST_CURRENT_TEST" not in os.environ and DEBUG < 3 and not VIZ and not PROFILE
 # past these a compiled kernel is cheaper than numpy's passes over memory (~1-2 ns an element a node against clang's ~50-300 ms)
 MAX_WORK, MAX_ELEMENTS = 1 << 26, 1 << 25   # element-ops of a kernel (every value's elements), elements of one value
 
@@ -41,9 +49,9 @@ def _gated(idx:UOp) -> tuple[UOp, UOp|None]:
 def refuse(why:str) -> None:
   if DEBUG >= 4: print(f"first_numpy: built, not run as numpy: {why}")
 
-def plan(ast:UOp) -> tuple[dict[UOp, int], tuple[int, ...]]|None:
-  """(each RANGE's axis, the axes' sizes) when numpy can run this kernel as the C program would, else None"""
-  if ast.op is not Ops.SINK or not FIRST_NUMPY or not numpy_available(): return None
+def plan(ast:UOp) -> tuple[dict[UOp, int], tuple[int, ...], Estimates]|None:
+  """(each RANGE's axis, the axes' sizes, its Estimates as the loop's) when numpy can run this kernel as the C program would, else None"""
+  if ast.op is not Ops.SINK or not numpy_available(): return None
   topo = ast.toposort()
   if (ops:={u.op for u in topo} - SUPPORTED): return refuse(f"{ops}")
   ranges = [u for u in topo if u.op is Ops.RANGE]
@@ -56,7 +64,7 @@ def plan(ast:UOp) -> tuple[dict[UOp, int], tuple[int, ...]]|None:
   for u in topo:
     for x in u.src: users.setdefault(x, []).append(u)
   deps: dict[UOp, frozenset[int]] = {}
-  read, written, work = set(), set(), 0
+  read, written, work, flops, lds, mem = set(), set(), 0, 0, 0, {}
   for u in topo:
     if u.op is Ops.CONST:
       if u.arg is not Invalid and not isinstance(u.arg, (int, float, bool)): return refuse(f"a constant {u.arg!r}")
@@ -80,30 +88,39 @@ def plan(ast:UOp) -> tuple[dict[UOp, int], tuple[int, ...]]|None:
     deps[u] = frozenset() if u.op in (Ops.END, Ops.STORE) else d
     if u.op not in (Ops.CONST, Ops.SINK, Ops.END, Ops.PARAM, Ops.RANGE):
       n = prod(sizes[a] for a in d)
+      # GlobalCounters' estimates: an op an element of each value but the index math, the bytes each load and store moves
+      if u.op in GroupOp.ALU and u.dtype is not dtypes.weakint and u not in gated: flops += n * (2 if u.op is Ops.MULACC else 1)
+      if u.op is Ops.REDUCE: flops += prod(sizes[a] for a in deps[u.src[0]])
+      if (u.op is Ops.INDEX and u not in targets) or u.op is Ops.STORE:
+        buf, n = (u if u.op is Ops.INDEX else u.src[0]).src[0], n if u.op is Ops.INDEX else prod(sizes[a] for a in deps[u.src[0]])
+        lds += n * buf.arg.dtype.itemsize
+        mem[(buf, u.op)] = min(mem.get((buf, u.op), 0) + n * buf.arg.dtype.itemsize, buf.src[0].arg * buf.arg.dtype.itemsize)
       # a product only a REDUCE ADD uses is a matmul or an einsum there: never stored
       if not (u.op is Ops.MUL and all(c.op is Ops.REDUCE and c.arg[0] is Ops.ADD for c in users[u])):
         if n > MAX_ELEMENTS: return refuse(f"{n} elements in one value")
         work += n
   if read & written: return refuse("a buffer read at other elements than it writes")
   if work > MAX_WORK: return refuse(f"{work} element-ops")
-  return (axes, sizes) if written else None
+  return (axes, sizes, Estimates(flops, lds, sum(mem.values()))) if written else None
 
 def numpy_program(ast:UOp) -> UOp|None:
-  """the kernel as a PROGRAM whose runtime is numpy, or None where plan refuses it"""
+  """the kernel as a PROGRAM whose runtime is numpy, or None where it is off or plan refuses it"""
+  if not enabled(): return None
   # the codegen's first rewrite of the AST (symbolic's algebra, which can turn an inf*0 into a 1-1/(1+x)): numpy computes what it does
   ast = graph_rewrite(ast, sym, name="first numpy symbolic")
   if (p:=plan(ast)) is None: return None
+  if isinstance(ast.arg, KernelInfo): ast = ast.replace(arg=replace(ast.arg, estimates=p[2]))   # what track_stats counts
   topo = ast.toposort()
   slots = sorted({u.arg.slot for u in topo if u.op is Ops.PARAM})
   outs = tuple(sorted({u.src[0].src[0].arg.slot for u in topo if u.op is Ops.STORE}))
-  name = "np_" + (ast.arg.name if ast.arg is not None and getattr(ast.arg, "name", "test") != "test" else "kernel")
+  name = "np_" + "_".join(str(s) for s in p[1])   # numpy's, over ranges of these sizes
   # only its kernel's AST: a compiled PROGRAM has its LINEAR, SOURCE and BINARY too
   return UOp(Ops.PROGRAM, src=(ast,), arg=ProgramInfo(name, globals=tuple(slots), outs=outs, ins=tuple(s for s in slots if s not in outs)))
 
 def numpy_runtime(prg:UOp) -> NumpyKernel|None:
   """the runtime of a PROGRAM numpy_program made (here or in a compile worker), for engine/realize.py's get_runtime, which keeps it"""
   if len(prg.src) != 1 or prg.src[0].op is not Ops.SINK or (p:=plan(prg.src[0])) is None: return None
-  return NumpyKernel(prg.src[0], *p, list(prg.arg.globals))
+  return NumpyKernel(prg.src[0], *p[:2], list(prg.arg.globals))
 
 class Affine:
   """an index that is a constant plus ranges times constants: read and written as a strided view, never materialized"""
