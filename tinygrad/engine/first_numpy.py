@@ -3,12 +3,13 @@
 first call on 0.14 is ~25 codegen passes in Python and a clang process a schedule (50-600 ms); the kernel AST the scheduler hands the
 codegen is small (20-100 nodes: RANGEs, INDEXes of PARAMs, ALUs, REDUCEs, STOREs), and numpy evaluates it a node at a time over whole
 arrays: each value is an array with one axis a RANGE of the kernel (size 1 where it does not depend on it), an index that is a sum of
-ranges times constants reads and writes a strided view of the buffer, and a REDUCE ADD of a product is a matmul. The next time the
-kernel is lowered (its second run, TinyJit's capture) it is built in full, as a quick build is.
+ranges times constants reads and writes a strided view of the buffer, and a REDUCE ADD of a product is a matmul or an einsum. The
+next time the kernel is lowered (its second run, TinyJit's capture) it is built in full, as a quick build is.
 
-Only kernels this module evaluates exactly as the C program would (up to the order a float reduce adds in and the last bit of a
-transcendental, computed in float64 and rounded) are taken; anything else (Variables, an AFTER, a buffer read and written, a store
-whose index misses a range its value depends on, a dtype numpy lacks, too much work) is built as before. FIRST_NUMPY below."""
+Only kernels this module evaluates as the C program would (up to the order a float reduce adds in, clang's fused multiply-adds and the
+last bit of a transcendental, computed in float64 and rounded) are taken; anything else (a Variable, an op or dtype numpy lacks, a
+buffer read at other elements than it writes, a store whose index misses a range its value depends on, too much work) is built as
+before. FIRST_NUMPY below says when it is on. Tested in test/test_first_numpy.py."""
 from __future__ import annotations
 import os, time, functools, importlib.util
 from dataclasses import replace
