@@ -180,6 +180,21 @@ class TestTiers(FirstNumpyCase):
       return X
     self.check(f, f64(xn) * 2 + 1, xn)
 
+  def test_counters_as_compiled(self):
+    # GlobalCounters count a numpy run: the bytes the compiled loop moves, its ops before the codegen's algebra (sum(x+1) is sum(x)+n there)
+    from tinygrad import GlobalCounters
+    x = f32(300, 48)
+    counts = []
+    for on in (1, 0):
+      with Context(FIRST_NUMPY=on, TIERED=on):
+        X = Tensor(x).realize()
+        GlobalCounters.reset()
+        ((X * X + 1).sum(1) * 3).realize()
+        counts.append((GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.kernel_count))
+    (ops, mem, kernels), (ops_c, mem_c, kernels_c) = counts
+    self.assertEqual((mem, kernels), (mem_c, kernels_c))
+    self.assertTrue(ops_c <= ops <= 2 * ops_c, (ops, ops_c))
+
   def test_off(self):
     x = f32(23, 4)
     with Context(FIRST_NUMPY=0):
