@@ -4,8 +4,8 @@ without the heuristic's opts that are slow to build (heuristic_cpu.py's QUICK_OP
 and in full the next time it is lowered: its second run, or a TinyJit capture or HCQ graph, which keep the programs they get and so
 always get full builds. A cold first call on 0.14 is Python codegen (full_rewrite_to_sink ~80%), which those opts multiply (bench W4's
 8 lanes of sin). Quickest of all, where numpy computes the kernel as the C program would, is no build: the first run is numpy over the
-kernel's ranges (engine/first_numpy.py, the first-numpy topic), asked first. The reduction order is the full build's: QUICK_OPTS leaves out elementwise upcasts, the tile's M and N and a reduce's
-upcast outputs, never a reduce's unroll. Rounding can differ where a transcendental is vector math in one build and scalar in the other
+kernel's ranges (engine/first_numpy.py, the first-numpy topic), asked first. The reduction order is the full build's: QUICK_OPTS
+leaves out elementwise upcasts, the tile's M and N and a reduce's upcast outputs, never a reduce's unroll. Rounding can differ where a transcendental is vector math in one build and scalar in the other
 (clang fuses multiply-adds differently). A quick build is kept in the program cache too, under its own key. Tested in
 test/test_first_call_cpu.py."""
 from __future__ import annotations
