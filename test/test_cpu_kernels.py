@@ -17,7 +17,7 @@ and checked against numpy in float64 (never timed):
 - (0.14) an elementwise kernel over rows of 5-7 floats takes 8 rows a step: n float8 loads and stores.
 
 The 0.12 line's other rules need its vector ALUs: test/test_cpu_codegen.py (bench/analysis.md)."""
-from fork_topics import skip_module_unless, skip_unless
+from fork_topics import applied, skip_module_unless, skip_unless
 skip_module_unless('cpu-codegen|cpu-heuristics', 'cpu-codegen|cpu-cold-branch')   # 0.14's cpu-codegen, 0.12's topics of it
 import contextlib, math, platform, re, unittest, unittest.mock
 import numpy as np
@@ -32,7 +32,7 @@ LINEAR_SCHEDULE = not LINE_012   # 0.14: a schedule is a LINEAR of CALLs, each C
 # these test the compiled kernels: on 0.14 none runs first as numpy (engine/first_numpy.py, on by default)
 _compiled_only = contextlib.ExitStack()
 def setUpModule():
-  if not LINE_012: _compiled_only.enter_context(Context(FIRST_NUMPY=0))
+  if applied('first-numpy'): _compiled_only.enter_context(Context(FIRST_NUMPY=0))
 def tearDownModule(): _compiled_only.close()
 
 def last_kernel(t:Tensor):

@@ -8,6 +8,7 @@ from tinygrad.helpers import Context
 from tinygrad.fork_line import LINE_012
 from tinygrad.uop.ops import UOp, Ops, KernelInfo
 from vmap_oracle import cpu_devices_missing, on_test_device
+from fork_topics import applied
 
 def rand(*shape, seed=0) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape)
 
@@ -315,8 +316,9 @@ def failing(stage:str) -> contextlib.ExitStack:
   assert targets, stage
   stack = contextlib.ExitStack()
   # 0.14 lowers and compiles several kernels in a pool of processes, which these patches don't reach: here, in this one
-  # and its first run of a CPU kernel is numpy's, no codegen or compile (test_first_numpy.py checks that raising there keeps the data too)
-  if not LINE_012: stack.enter_context(Context(PARALLEL=0, FIRST_NUMPY=0))
+  # and with first-numpy a CPU kernel's first run is numpy's, no codegen or compile (test_first_numpy.py checks that raising there keeps
+  # the data too)
+  if not LINE_012: stack.enter_context(Context(PARALLEL=0, **({"FIRST_NUMPY": 0} if applied("first-numpy") else {})))
   for obj, name in targets: stack.enter_context(mock.patch.object(obj, name, side_effect=boom))
   return stack
 
