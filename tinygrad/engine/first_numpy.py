@@ -43,9 +43,18 @@ SUPPORTED = UNARY | BINARY | {Ops.WHERE, Ops.MULACC, Ops.CAST, Ops.BITCAST, Ops.
 def numpy_available() -> bool: return importlib.util.find_spec("numpy") is not None
 
 def _gated(idx:UOp) -> tuple[UOp, UOp|None]:
-  """an INDEX's index as (index, gate): `gate.where(index, Invalid)` is a gated access"""
-  if idx.op is Ops.WHERE and idx.src[2].op is Ops.CONST and idx.src[2].arg is Invalid: return idx.src[1], idx.src[0]
-  return idx, None
+  """an INDEX's index or a stored value as (it, gate): `gate.where(it, Invalid)` is a gated access"""
+  return (idx.src[1], idx.src[0]) if idx.op is Ops.WHERE and idx.src[2].is_invalid else (idx, None)
+
+def _users(topo:list[UOp]) -> dict[UOp, list[UOp]]:
+  users: dict[UOp, list[UOp]] = {}
+  for u in topo:
+    for x in u.src: users.setdefault(x, []).append(u)
+  return users
+
+def _gates(topo:list[UOp]) -> set[UOp]:
+  """the WHEREs that gate an access: an INDEX's gated index, a STORE's gated value (the element is left as it is where it is false)"""
+  return {u.src[1] for u in topo if u.op in (Ops.INDEX, Ops.STORE) and _gated(u.src[1])[1] is not None}
 
 def refuse(why:str) -> None:
   if DEBUG >= 4: print(f"first_numpy: built, not run as numpy: {why}")
@@ -58,12 +67,7 @@ def plan(ast:UOp) -> tuple[dict[UOp, int], tuple[int, ...], Estimates]|None:
   ranges = [u for u in topo if u.op is Ops.RANGE]
   if not all(r.src[0].op is Ops.CONST and isinstance(r.src[0].arg, int) and r.src[0].arg > 0 for r in ranges): return refuse("a symbolic range")
   axes, sizes = {r: i for i, r in enumerate(ranges)}, tuple(r.src[0].arg for r in ranges)
-  targets = {u.src[0] for u in topo if u.op is Ops.STORE}
-  # a gated index, or a gated value stored (the element is left as it is where the gate is false)
-  gated = {u.src[1] for u in topo if u.op in (Ops.INDEX, Ops.STORE) and u.src[1].op is Ops.WHERE}
-  users: dict[UOp, list[UOp]] = {}
-  for u in topo:
-    for x in u.src: users.setdefault(x, []).append(u)
+  targets, gated, users = {u.src[0] for u in topo if u.op is Ops.STORE}, _gates(topo), _users(topo)
   deps: dict[UOp, frozenset[int]] = {}
   read, written, work, flops, lds, mem = set(), set(), 0, 0, 0, {}
   for u in topo:
@@ -137,10 +141,7 @@ class NumpyKernel:
   """a kernel's runtime: its AST evaluated by numpy over the buffers it is called with"""
   def __init__(self, ast:UOp, axes:dict[UOp, int], sizes:tuple[int, ...], slots:list[int]):
     self.axes, self.sizes, self.slots, self.topo = axes, sizes, slots, ast.toposort()
-    users: dict[UOp, list[UOp]] = {}
-    for u in self.topo:
-      for x in u.src: users.setdefault(x, []).append(u)
-    self.gated = {u.src[1] for u in self.topo if u.op in (Ops.INDEX, Ops.STORE) and u.src[1].op is Ops.WHERE and u.src[1].src[2].is_invalid}
+    users, self.gated = _users(self.topo), _gates(self.topo)
     # Tensor.cos is sin(pi/2 - x): cos of x itself, as the codegen's decomposition takes it (pi/2 - x rounds to x's precision)
     from tinygrad.codegen.decomp.transcendental import _cos_arg
     self.cos_of = {u: x for u in self.topo if u.op is Ops.SIN and (x:=_cos_arg(u.src[0])) is not None}
