@@ -1224,10 +1224,10 @@ and the hand-batched call alternate in one process (21 rounds after 3 warm-up ro
 call in a fresh process after one process of the same row filled caches of this run's own (tinygrad's disk cache with `CCACHE=1`: the
 0.14 line's program cache, codegen's output per kernel, and the compile cache; JAX's persistent compilation cache), the median of
 {WARM_RUNS} processes. A user's second run of a script is the warm case; a new kernel, tinygrad's sources or the environment changed, the cold.
-*Second call*: the next call in the cold processes (median). On the 0.14 line a CPU kernel's first run is numpy over its ranges
-where numpy computes it as the C program would (engine/first_numpy.py; else a kernel whose full opts are slow to build is built quick),
-and it is built in full at its next lowering (engine/first_tier.py), which is the second call under TinyJit (its capture): the first
-two calls are the time to the steady state.
+*Second call*: the next call in the cold processes (median). On the 0.14 line a function's first realize is numpy over its tensor
+graph, not scheduled (engine/first_graph.py), where numpy computes it as the kernels would; the second call (TinyJit's capture)
+schedules it and builds its kernels in full (engine/first_tier.py; an eager second call runs a CPU kernel as numpy over its ranges
+first, engine/first_numpy.py): the first two calls are the time to the steady state.
 
 {render_first(d["rows"]) if any("first_warm_ms" in r for r in d["rows"]) else "(not measured in this run)"}
 

@@ -8,7 +8,7 @@ from tinygrad import Tensor, TinyJit, Device, dtypes, Variable
 from tinygrad.helpers import Context
 from tinygrad.fork_line import LINE_012
 if LINE_012: raise unittest.SkipTest("the 0.14 line's first tier: 0.12's tiers are engine/tiered.py")
-from fork_topics import skip_module_unless
+from fork_topics import skip_module_unless, applied
 skip_module_unless('first-numpy')
 from tinygrad import vmap, jacfwd   # noqa: E402
 from tinygrad.engine import first_numpy   # noqa: E402
@@ -22,6 +22,8 @@ def f64(a:np.ndarray) -> np.ndarray: return a.astype(np.float64)
 class FirstNumpyCase(unittest.TestCase):
   def setUp(self):
     self.enterContext(Context(FIRST_NUMPY=1, TIERED=1))
+    # the kernels' first run: a function's first realize is scheduled here, not run over its graph (test_first_graph.py)
+    if applied('first-numpy-graph'): self.enterContext(Context(FIRST_GRAPH=0))
     self.runs = 0
     orig = first_numpy.NumpyKernel.__call__
     def counting(kernel, *a, **kw):

@@ -8,7 +8,7 @@ from tinygrad.fork_line import LINE_012
 from tinygrad.helpers import Context
 from tinygrad.vmap import vmap_range, varg
 from fork_topics import skip_unless
-from vmap_oracle import VmapTestCase, rand, np_loop, kernels, np_softmax, set_items, realize_with_buffers, schedule_cache_size, jit_kernels, training, compiled_programs
+from vmap_oracle import VmapTestCase, ScheduledTestCase, rand, np_loop, kernels, np_softmax, set_items, realize_with_buffers, schedule_cache_size, jit_kernels, training, compiled_programs
 
 def per_row(x): return (x*x).sum()*2 + x.max()   # reads the same on a Tensor and an ndarray
 
@@ -390,7 +390,7 @@ class TestJitCallCost(VmapTestCase):
     self.assert_close(jf(Tensor(a).realize()).numpy(), np_dot_max(a, w))
     del other
 
-class TestScheduleCache(VmapTestCase):
+class TestScheduleCache(ScheduledTestCase):
   def schedule_misses(self, fn, *shapes) -> list[int]:
     """how many schedules each call of fn on fresh data of `shapes` adds to the schedule cache"""
     ret = []
@@ -667,7 +667,7 @@ class TestRandomness(VmapTestCase):
   def test_bad_mode(self):
     with self.assertRaisesRegex(ValueError, "randomness must be one of"): vmap(per_row, randomness="sometimes")
 
-class TestAssign(VmapTestCase):
+class TestAssign(ScheduledTestCase):
   """assign inside a vmapped function: a Tensor made in the function takes the per-example value; a buffer shared by the examples, or a
   Tensor that outlives the function (closed over), refuses"""
   def test_clone(self):

@@ -7,7 +7,7 @@ from tinygrad import Tensor, UOp, dtypes, vmap, jvp, jacfwd, jacrev, hessian
 from tinygrad.uop.ops import AxisType
 from tinygrad.jvp import jvp_tensors
 from tinygrad.vmap import varg
-from vmap_oracle import VmapTestCase, rand, kernels, np_softmax, param, schedule_cache_size, cpu_devices_missing
+from vmap_oracle import VmapTestCase, ScheduledTestCase, rand, kernels, np_softmax, param, schedule_cache_size, cpu_devices_missing
 
 def np_jac(nfn, x:np.ndarray, h=1e-6) -> np.ndarray:
   """the Jacobian of nfn at x by central differences: shape out.shape + x.shape"""
@@ -196,7 +196,7 @@ class TestJacobians(VmapTestCase):
     with self.assertRaisesRegex(ValueError, "argnums 2 is out of range"): jacfwd(lambda x: x, argnums=2)(Tensor(rand(3)))
     with self.assertRaisesRegex(TypeError, "float Tensors"): jacfwd(lambda x: x)(Tensor([1, 2, 3]))
 
-class TestClosedOverConstant(VmapTestCase):
+class TestClosedOverConstant(ScheduledTestCase):
   """as in JAX, jacfwd, jacrev and hessian see a Tensor fn closes over as a constant, even when it is the point they differentiate at"""
   def test_residual_per_example(self):
     # the Jacobian of f(z) - f(x) at z = x, per example: the closed-over f(x) doesn't move
@@ -334,7 +334,7 @@ class TestJacobianArguments(VmapTestCase):
         self.assertEqual(aux["n"], 2.5)
         self.assert_close(aux["s"].numpy(), self.X.sum())
 
-class TestKernelCounts(VmapTestCase):
+class TestKernelCounts(ScheduledTestCase):
   def test_vmap_jacfwd_one_kernel(self):
     f = lambda x: Tensor.stack(x[0] * x[1].sin(), x[2].exp() + x[3] * x[0], (x * x).sum())
     xs = Tensor(rand(50, 4)).realize()

@@ -7,7 +7,7 @@ import numpy as np
 from tinygrad import Tensor, Device, vmap
 from tinygrad.uop.ops import AxisType
 from tinygrad.fork_line import LINE_012
-from vmap_oracle import VmapTestCase, rand, nested_batch, nest, np_nest, kernels, np_softmax, realize_with_buffers
+from vmap_oracle import VmapTestCase, Scheduled, rand, nested_batch, nest, np_nest, kernels, np_softmax, realize_with_buffers
 
 # a case is f(x, L): the same code runs on one example as a Tensor (L=TG) and, for the oracle, as an ndarray (L=NP)
 TG = SimpleNamespace(stack=Tensor.stack, c=Tensor, expand=lambda t, *s: t.expand(*s), contiguous=Tensor.contiguous)
@@ -88,7 +88,7 @@ class TestNestedRealizeDepth3(StackFlattenPick, MultiConsumerNodes, NestedScopes
 class TestNestedRealizeDepth5(StackFlattenPick, MultiConsumerNodes, NestedScopesCase): axes, sizes = (1, 0, 2, 0, 1), (2, 3, 2, 2, 3)
 
 @unittest.skipUnless(Device.DEFAULT == "CPU", "counts are for the CPU backend")
-class TestLaunchCounts(StackFlattenPick, NestedScopesCase):
+class TestLaunchCounts(Scheduled, StackFlattenPick, NestedScopesCase):
   """vmap runs the batch as a loop inside the kernels: the launch count doesn't depend on the batch size"""
   def vm(self, f, shape, nf=None): self.assertEqual(self.launches(f, shape, (10,), nf=nf), self.launches(f, shape, (1000,), nf=nf))
 

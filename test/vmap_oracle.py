@@ -5,6 +5,7 @@ import numpy as np
 from tinygrad import Tensor, GlobalCounters, Device, dtypes
 from tinygrad.uop.ops import AxisType
 from tinygrad.fork_line import LINE_012
+from tinygrad.helpers import Context
 from tinygrad.vmap import vmap_range, varg
 if LINE_012: from tinygrad.uop.spec import tensor_spec as TENSOR_SPEC   # the tensor graph's spec: tensor_spec on 0.12, spec_tensor on 0.14
 else: from tinygrad.uop.spec import spec_tensor as TENSOR_SPEC
@@ -170,6 +171,15 @@ class VmapTestCase(unittest.TestCase):
     """bracket(tfn) on the batch equals the numpy loop of nfn (default: tfn, for functions that read the same on Tensor and ndarray)"""
     got = bracket(tfn, *[Tensor(x) for x in xs], in_axes=in_axes, out_axis=out_axis, axis_type=axis_type).numpy()
     self.assert_close(got, np_loop(nfn or tfn, *xs, in_axes=in_axes, out_axis=out_axis), **tol)
+
+class Scheduled:
+  """a mixin for tests of what the scheduler makes (schedule cache hits, kernel counts): a function's first realize, run as numpy over
+  its graph where FIRST_NUMPY=1 turns that on (engine/first_graph.py), would not be scheduled, so here it is"""
+  def setUp(self):
+    super().setUp()  # type: ignore[misc]
+    from fork_topics import applied
+    if not LINE_012 and applied("first-numpy-graph"): self.enterContext(Context(FIRST_GRAPH=0))  # type: ignore[attr-defined]
+class ScheduledTestCase(Scheduled, VmapTestCase): pass
 
 # *** oracles of the differential fuzzer (test_vmap_fuzz.py): a vmap of any in_axes/out_axes, softmax on any axis, a numeric Jacobian ***
 

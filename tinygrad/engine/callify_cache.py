@@ -17,6 +17,7 @@ from tinygrad.helpers import VIZ, DEBUG, BEAM, SCACHE, CAPTURING, VALIDATE_WITH_
 from tinygrad.uop.ops import buffers
 from tinygrad.schedule import create_linear_with_vars
 from tinygrad.engine.first_tier import has_quick
+from tinygrad.engine.first_graph import runs_now
 from tinygrad.engine.realize import capturing, compile_linear, link_linear, ExecContext, track_stats, pm_exec, estimate_uop, get_runtime
 from tinygrad.device import Buffer
 from tinygrad.codegen import to_program_config
@@ -364,7 +365,7 @@ def realize_from_template(tensors:list, update_stats:bool) -> bool:
       return True
     linear, var_vals = instantiate_linear(t, ret.src[1:]), {}
   else:
-    linear, var_vals = create_linear_with_vars(ret)
+    with runs_now(): linear, var_vals = create_linear_with_vars(ret)
     linear = link_linear(compile_linear(linear, quick=True))
     # a linear of quick builds is not kept: the next realize lowers it again, which builds them in full (engine/first_tier.py)
     if not var_vals and not has_quick(linear):

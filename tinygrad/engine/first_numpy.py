@@ -124,6 +124,8 @@ def numpy_program(ast:UOp) -> UOp|None:
 
 def numpy_runtime(prg:UOp) -> NumpyKernel|None:
   """the runtime of a PROGRAM numpy_program made (here or in a compile worker), for engine/realize.py's get_runtime, which keeps it"""
+  from tinygrad.engine.first_graph import graph_runtime, is_graph_program
+  if is_graph_program(prg): return graph_runtime(prg)
   if len(prg.src) != 1 or prg.src[0].op is not Ops.SINK or (p:=plan(prg.src[0])) is None: return None
   return NumpyKernel(prg.src[0], *p[:2], list(prg.arg.globals))
 

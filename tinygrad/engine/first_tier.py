@@ -16,6 +16,7 @@ import tinygrad.codegen as codegen
 from tinygrad.codegen import to_program, to_program_cache, program_cache
 from tinygrad.codegen.opt.heuristic_cpu import quick_opts_differ
 from tinygrad.engine.first_numpy import numpy_program
+from tinygrad.engine.first_graph import is_graph_program
 
 TIERED = ContextVar("TIERED", 1)   # TIERED=0: every build is full
 quick_programs: dict[tuple, UOp] = {}   # to_program_cache's keys whose PROGRAM is a quick build: that PROGRAM
@@ -57,4 +58,5 @@ def full_builds(keys) -> None:
 
 def has_quick(linear:UOp) -> bool:
   """whether a compiled linear runs a quick build (an eager realize keeps only full ones: engine/callify_cache.py)"""
+  if any(c.op is Ops.CALL and is_graph_program(c.src[0]) for c in linear.src): return True   # a function's first run (engine/first_graph.py)
   return bool(quick_programs) and not (quick:=set(quick_programs.values())).isdisjoint(c.src[0] for c in linear.src if c.op is Ops.CALL)
