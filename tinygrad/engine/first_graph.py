@@ -33,8 +33,8 @@ PREFIX = "npg_"   # a PROGRAM of this module's: its name
 # FIRST_GRAPH=1 on, 0 off; left unset (-1) it is on where first_numpy is (FIRST_NUMPY, off while pytest runs a test)
 FIRST_GRAPH = ContextVar("FIRST_GRAPH", -1)
 def graph_enabled() -> bool:
-  # SPEC checks what the scheduler makes: there is nothing to check
-  return FIRST_GRAPH.value > 0 if FIRST_GRAPH.value >= 0 else enabled() and not SPEC
+  # SPEC=2 checks every UOp the scheduler makes: there is nothing to check
+  return FIRST_GRAPH.value > 0 if FIRST_GRAPH.value >= 0 else enabled() and SPEC < 2
 
 seen: set[bytes] = set()   # the functions seen once in this process: the next realize of one is scheduled
 _runs_now: list[bool] = []
