@@ -133,6 +133,15 @@ class TestOps(GraphCase):
     x = RNG.uniform(-3, 3, 50)
     self.check(lambda X: (X * X).sum() / X.exp().max(), (x * x).sum() / np.exp(x).max(), x, rtol=1e-12)
 
+  def test_symbolic_folds_as_the_codegen(self):   # a region of ALUs rewritten by symbolic, as a kernel is: x/x is 1, even at 0
+    x = np.array([0.0, 1.5, -2.0, 0.0], dtype=np.float32)
+    self.check(lambda X: X / X + X, 1 + f64(x), x)
+
+  def test_cos_gradient_of_large_arguments(self):   # sin(pi/2 - (pi/2 - x)) is sin(x) itself, not of a rounded argument
+    x = np.array([1e5, -3e4 + 0.5, 12345.678, 0.25], dtype=np.float32)
+    def grad(X): return X.cos().sum().gradient(X)[0]
+    self.check(grad, -np.sin(f64(x)), x, rtol=1e-5, atol=1e-5)
+
 class TestStores(GraphCase):
   def test_assign_into_a_slice(self):   # a store into a view of a buffer keeps its other elements
     base, x = f32(6, 4), f32(6)

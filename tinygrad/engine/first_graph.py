@@ -15,7 +15,8 @@ import time, functools
 from typing import Any
 from tinygrad.helpers import DEBUG, SPEC, ContextVar, to_mv, prod
 from tinygrad.dtype import dtypes, AddrSpace
-from tinygrad.uop.ops import Ops, UOp, GroupOp, ProgramInfo, KernelInfo
+from tinygrad.uop.ops import Ops, UOp, GroupOp, ProgramInfo, KernelInfo, graph_rewrite
+from tinygrad.uop.symbolic import sym
 from tinygrad.renderer import Estimates
 import contextlib
 from tinygrad.engine.first_numpy import enabled, numpy_available, NP_DTYPES, UNARY, BINARY, MAX_WORK, _Run, _users
@@ -176,6 +177,7 @@ def graph_linear(function:UOp) -> UOp|None:
   copies = tuple(UOp(Ops.CALL, dtypes.void, (u.src[1], _whole(u.src[0]), _whole(u.src[1].src[0]))) for u in topo if is_copy(u))
   name = PREFIX + "_".join(str(s) for s in next(s for s in topo if s.op is Ops.AFTER).shape) if topo else PREFIX
   body = function.replace(arg=KernelInfo(name=name, estimates=est))
+  _planned[body] = p   # for graph_runtime, when get_runtime makes the runtime next
   outs = tuple(i for i, p in enumerate(params) if any(u.op is Ops.STORE and not is_copy(u) and _root(u.src[0]) is p for u in topo))
   # a PROGRAM with a BINARY is built: the lowering leaves it, get_runtime makes its runtime here (graph_runtime)
   prg = UOp(Ops.PROGRAM, src=(body, UOp(Ops.BINARY, arg=b"")), arg=ProgramInfo(name, globals=tuple(range(len(params))), outs=outs,
@@ -184,28 +186,64 @@ def graph_linear(function:UOp) -> UOp|None:
 
 def is_graph_program(prg:UOp) -> bool: return prg.op is Ops.PROGRAM and isinstance(prg.arg, ProgramInfo) and prg.arg.name.startswith(PREFIX)
 
+_planned: dict[UOp, tuple] = {}
 def graph_runtime(prg:UOp) -> NumpyGraph|None:
-  if not is_graph_program(prg) or (p:=plan(prg.src[0])) is None: return None
+  if not is_graph_program(prg) or (p:=_planned.pop(prg.src[0], None) or plan(prg.src[0])) is None: return None
   return NumpyGraph(*p[:2])
 
+ELEMENTWISE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
+
 class NumpyGraph:
-  """a function's runtime: its tensor graph evaluated by numpy over the buffers it is called with (its PARAMs in slot order)"""
+  """a function's runtime: its tensor graph evaluated by numpy over the buffers it is called with (its PARAMs in slot order).
+  Each region of elementwise ops is one expression over its leaves (the values it reads: loads, reduces, movement ops), rewritten by
+  symbolic as the codegen rewrites a kernel (x/x is 1, x*(1/(1+x)) is 1-1/(1+x), pi/2-(pi/2-x) is x): numpy computes what the
+  kernels compute. Only its roots (the values something else reads) are made"""
   def __init__(self, topo:list[UOp], params:list[UOp]):
     self.topo, self.params = topo, params
-    from tinygrad.codegen.decomp.transcendental import _cos_arg
-    self.cos_of = {u: x for u in topo if u.op is Ops.SIN and (x:=_cos_arg(u.src[0])) is not None}
     users = _users(topo)
     self.einsums, self.lazy = _einsums(topo, users)
     self.stored = {_root(u.src[0]) for u in topo if u.op is Ops.STORE and not is_copy(u)}
-    # each value freed after its last read
-    for u, x in self.cos_of.items():   # cos's x may be a new node (y*-c of a y*c): read where the SIN is
-      for y in (x, *x.src): users.setdefault(y, []).append(u)
+    # the elementwise regions as expressions: a leaf a Variable of its dtype (as a kernel's load: any value of it)
+    leaves: dict[UOp, UOp] = {}
+    expr: dict[UOp, UOp] = {}
+    for u in topo:
+      if u.op not in ELEMENTWISE: continue
+      srcs = []
+      for x in u.src:
+        if x.op not in ELEMENTWISE and x.op is not Ops.CONST and x not in leaves:
+          leaves[x] = UOp.variable(f"leaf{len(leaves)}", x.dtype.min, x.dtype.max, x.dtype, param=True)
+        srcs.append(expr[x] if x in expr else leaves.get(x, x))
+      expr[u] = UOp(u.op, u.dtype, tuple(srcs), u.arg)
+    self.roots = [u for u in topo if u in expr and any(c.op not in ELEMENTWISE for c in users.get(u, []))]
+    if self.roots:
+      try: simplified = graph_rewrite(UOp.sink(*[expr[r] for r in self.roots]), sym, name="first graph symbolic").src
+      except Exception: simplified = ()
+      # numpy computes what symbolic made of the regions, else the regions as they are
+      if len(simplified) != len(self.roots) or any(x.op not in SUPPORTED and x.op is not Ops.PARAM for e in simplified for x in e.toposort()):
+        simplified = tuple(expr[r] for r in self.roots)
+      self.expr = dict(zip(self.roots, simplified))
+    else: self.expr = {}
+    self.leaf_of = {v: k for k, v in leaves.items()}
+    from tinygrad.codegen.decomp.transcendental import _cos_arg
+    self.cos_of = {x: c for e in self.expr.values() for x in e.toposort() if x.op is Ops.SIN and (c:=_cos_arg(x.src[0])) is not None}
+    # each value freed after its last read: a leaf where the last root that reads it is made, an expression's node after its last root
     at = {u: i for i, u in enumerate(topo)}
-    for u in reversed(topo):   # a product is read where its REDUCE is evaluated
+    for u in reversed(topo):   # a product is made where its REDUCE is
       if u in self.lazy: at[u] = max(at[c] for c in users[u])
+    reads: dict[UOp, list[UOp]] = {}
+    expr_last: dict[UOp, int] = {}
+    for r, e in self.expr.items():
+      for x in list(e.toposort()) + [y for x in e.toposort() if x in self.cos_of for y in self.cos_of[x].toposort()]:
+        expr_last[x] = max(expr_last.get(x, 0), at[r])
+        if x in self.leaf_of: reads.setdefault(self.leaf_of[x], []).append(r)
+    for u in topo:
+      if u.op not in ELEMENTWISE:
+        for x in (u.src if u.op is not Ops.PARAM else ()): reads.setdefault(x, []).append(u)
     self.free_after: dict[int, list[UOp]] = {}
     for u in topo:
-      if u in users and u.op is not Ops.CONST: self.free_after.setdefault(max(at[c] for c in users[u]), []).append(u)
+      if u in reads and u.op is not Ops.CONST: self.free_after.setdefault(max(at[c] for c in reads[u]), []).append(u)
+    self.free_expr: dict[int, list[UOp]] = {}
+    for x, i in expr_last.items(): self.free_expr.setdefault(i, []).append(x)
 
   def __call__(self, *bufs, global_size=None, local_size=None, vals=(), wait=False, timeout=None):
     import numpy as np
@@ -218,9 +256,9 @@ class NumpyGraph:
     return time.perf_counter() - st if wait else None
 
 class _GraphRun(_Run):
-  """one evaluation: each node's value an array of its shape (broadcastable: a constant is a scalar), first_numpy's ALUs"""
+  """one evaluation: each value an array of its node's shape or one that broadcasts to it (a constant is a scalar)"""
   def __init__(self, g:NumpyGraph, np, raw:dict[UOp, Any]):
-    self.g, self.np, self.v = g, np, {}
+    self.g, self.np, self.v, self.ev = g, np, {}, {}
     # a buffer sharing memory with one a store writes is read as a copy: its reads are before the store
     written = [(b.ctypes.data, b.ctypes.data + b.nbytes) for p, b in raw.items() if p in g.stored]
     def shares(b) -> bool: return any(lo < b.ctypes.data + b.nbytes and b.ctypes.data < hi for lo, hi in written)
@@ -228,12 +266,16 @@ class _GraphRun(_Run):
     for i, u in enumerate(g.topo):
       self.step(u)
       for x in g.free_after.get(i, ()): self.v.pop(x, None)
+      for x in g.free_expr.get(i, ()): self.ev.pop(x, None)
 
   def step(self, u:UOp) -> None:
     g, np = self.g, self.np
     if u.op is Ops.CONST: self.v[u] = self.arr(u.arg, u.dtype)
     elif u.op is Ops.PARAM: self.v[u] = self.reads[u]
-    elif u in g.lazy or u.op in (Ops.SINK, Ops.COPY) or is_copy(u): return   # a COPY ran before the graph
+    elif u in g.lazy or u.op in (Ops.SINK, Ops.COPY) or is_copy(u) or (u.op in ELEMENTWISE and u not in g.expr): return
+    elif u.op in ELEMENTWISE:   # symbolic may have folded leaves away (x*0): the value broadcasts to the node's shape
+      v = np.asarray(self.arr(self.evaluate(g.expr[u]), u.dtype))
+      self.v[u] = v if v.shape == u.shape else np.broadcast_to(v, u.shape)
     elif u.op is Ops.STORE:
       view = self.target(u.src[0])
       view[...] = np.asarray(self.v[u.src[1]]).astype(view.dtype, copy=False)
@@ -247,8 +289,22 @@ class _GraphRun(_Run):
       x, y = (self.v[s] for s in u.src)
       if u.src[1].op is Ops.CONST and float(u.src[1].arg) == 2.0: self.v[u] = np.square(self.arr(x, u.dtype))
       else: self.v[u] = self.arr(np.power(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)), u.dtype)
-    elif u in g.cos_of: self.v[u] = self.arr(np.cos(np.asarray(self.value(g.cos_of[u]), dtype=np.float64)), u.dtype)
-    else: self.v[u] = self.alu(u, [self.v[x] for x in u.src])
+    else: raise RuntimeError(f"first_graph: no value for {u.op}")
+
+  def evaluate(self, e:UOp):
+    """an expression's value over its leaves' values (kept in self.ev until its last root is made)"""
+    g, np = self.g, self.np
+    for x in e.toposort():
+      if x in self.ev or x.dtype is dtypes.void: continue   # (a leaf's shape src is not a value)
+      if x in g.leaf_of: self.ev[x] = self.v[g.leaf_of[x]]
+      elif x.op is Ops.CONST: self.ev[x] = self.arr(x.arg, x.dtype)
+      elif x in g.cos_of: self.ev[x] = self.arr(np.cos(np.asarray(self.evaluate(g.cos_of[x]), dtype=np.float64)), x.dtype)
+      elif x.op is Ops.POW:
+        b, p = self.ev[x.src[0]], self.ev[x.src[1]]
+        if x.src[1].op is Ops.CONST and float(x.src[1].arg) == 2.0: self.ev[x] = np.square(self.arr(b, x.dtype))
+        else: self.ev[x] = self.arr(np.power(np.asarray(b, dtype=np.float64), np.asarray(p, dtype=np.float64)), x.dtype)
+      else: self.ev[x] = self.alu(x, [self.ev[s] for s in x.src])
+    return self.ev[e]
 
   def npdt(self, dt): return self.np.dtype(GRAPH_DTYPES[dt])
 
@@ -270,9 +326,11 @@ class _GraphRun(_Run):
       # axis i of the permuted product is the product's axis perm[i]: the first k are summed
       perm, x = list(range(len(m.shape))), u.src[0]
       while x.op is Ops.PERMUTE: perm, x = [x.arg[i] for i in perm], x.src[0]
+      e = self.g.expr[m]
+      if e.op is not Ops.MUL:   # symbolic made it other than a product: it is made, then summed
+        return np.add.reduce(np.broadcast_to(self.arr(self.evaluate(e), u.dtype), m.shape).transpose(perm), axis=tuple(range(k)))
       args: list = []
-      for s in m.src:
-        a = self.arr(self.v[s], u.dtype) if not isinstance(self.v[s], np.ndarray) else self.v[s].astype(self.npdt(u.dtype), copy=False)
+      for a in (self.arr(self.evaluate(s), u.dtype) for s in e.src):
         a = np.asarray(a).reshape((1,)*(len(m.shape)-np.ndim(a)) + np.shape(a))
         keep = [i for i in range(a.ndim) if a.shape[i] == m.shape[i]]   # a size-1 axis the product broadcasts is not the operand's
         args += [a.reshape([a.shape[i] for i in keep]), keep]
