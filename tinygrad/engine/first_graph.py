@@ -281,14 +281,10 @@ class _GraphRun(_Run):
       view[...] = np.asarray(self.v[u.src[1]]).astype(view.dtype, copy=False)
     elif u.op is Ops.AFTER: self.v[u] = self.target(u.src[0])
     elif u.op in PASS: self.v[u] = self.v[u.src[0]]
-    elif u.op in MOVEMENT: self.v[u] = self.movement(u, np.asarray(self.v[u.src[0]]))
+    elif u.op in MOVEMENT: self.v[u] = _move(np, u, np.asarray(self.v[u.src[0]]))
     elif u.op is Ops.STACK:
       self.v[u] = np.stack([np.broadcast_to(self.arr(self.v[s], u.dtype), u.shape[1:]) for s in u.src])
     elif u.op is Ops.REDUCE: self.v[u] = self.reduce(u)
-    elif u.op is Ops.POW:   # in float64, rounded (as a transcendental); x**2 is x*x, rounded once either way
-      x, y = (self.v[s] for s in u.src)
-      if u.src[1].op is Ops.CONST and float(u.src[1].arg) == 2.0: self.v[u] = np.square(self.arr(x, u.dtype))
-      else: self.v[u] = self.arr(np.power(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)), u.dtype)
     else: raise RuntimeError(f"first_graph: no value for {u.op}")
 
   def evaluate(self, e:UOp):
@@ -299,7 +295,7 @@ class _GraphRun(_Run):
       if x in g.leaf_of: self.ev[x] = self.v[g.leaf_of[x]]
       elif x.op is Ops.CONST: self.ev[x] = self.arr(x.arg, x.dtype)
       elif x in g.cos_of: self.ev[x] = self.arr(np.cos(np.asarray(self.evaluate(g.cos_of[x]), dtype=np.float64)), x.dtype)
-      elif x.op is Ops.POW:
+      elif x.op is Ops.POW:   # in float64, rounded (as a transcendental); x**2 is x*x, rounded once either way
         b, p = self.ev[x.src[0]], self.ev[x.src[1]]
         if x.src[1].op is Ops.CONST and float(x.src[1].arg) == 2.0: self.ev[x] = np.square(self.arr(b, x.dtype))
         else: self.ev[x] = self.arr(np.power(np.asarray(b, dtype=np.float64), np.asarray(p, dtype=np.float64)), x.dtype)
@@ -308,17 +304,10 @@ class _GraphRun(_Run):
 
   def npdt(self, dt): return self.np.dtype(GRAPH_DTYPES[dt])
 
-  def value(self, x:UOp):
-    """x's value, computed here where it is a node the graph lacks (cos's y*-c)"""
-    if x in self.v: return self.v[x]
-    return self.arr(x.arg, x.dtype) if x.op is Ops.CONST else self.alu(x, [self.value(s) for s in x.src])
-
   def target(self, t:UOp):
     """the view of a STORE's target into its buffer"""
     if t.op is Ops.PARAM: return self.raw[t]
-    return self.movement(t, self.target(t.src[0]))
-
-  def movement(self, u:UOp, x): return _move(self.np, u, x)
+    return _move(self.np, t, self.target(t.src[0]))
 
   def reduce(self, u:UOp):
     np, (op, k) = self.np, u.arg[:2]
