@@ -56,7 +56,7 @@ test: setup      ## the project's tests, then the GPU test files on the PYTHON d
 test-spec: setup ## the vmap test files with SPEC=2: every UOp checked against its spec when it is created
 	$(CPU_PIN) SPEC=2 $(PYTEST) -q $(VMAP_TESTS) test/test_vmap_outer.py test/test_vmap_multi.py test/test_jvp.py || [ $$? = 5 ]
 test-first-numpy: setup   ## 0.14: the GPU test files with FIRST_NUMPY=1, each CPU kernel's first run numpy's (pytest leaves it off)
-	$(CPU_PIN) FIRST_NUMPY=1 $(PYTEST) -q $(GPU_TESTS) test/test_scan.py test/test_vmap_fuzz.py || [ $$? = 5 ]
+	$(CPU_PIN) FIRST_NUMPY=1 $(PYTEST) -q $(GPU_TESTS) test/test_scan.py test/test_scan_kernel.py test/test_trajopt.py test/test_vmap_fuzz.py || [ $$? = 5 ]
 # the GPU: no set-up (a borrowed GPU machine may have no network: materialize tinygrad/ here and take it along), the vmap, jvp and Jacobian
 # test files on GPU=CUDA (or NV) in parallel, cut at GPU_TIMEOUT seconds with SIGINT so the failures so far are still listed by name
 GPU ?= CUDA

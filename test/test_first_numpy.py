@@ -11,7 +11,8 @@ if LINE_012: raise unittest.SkipTest("the 0.14 line's first tier: 0.12's tiers a
 from fork_topics import skip_module_unless, applied
 skip_module_unless('first-numpy')
 from tinygrad import vmap, jacfwd   # noqa: E402
-from tinygrad.engine import first_numpy   # noqa: E402
+from tinygrad.engine import first_numpy, first_loop, first_tier   # noqa: E402
+from tinygrad.scan_kernel import scan_kernel   # noqa: E402
 from tinygrad.uop.ops import Ops   # noqa: E402
 
 RNG = np.random.default_rng(5607)
@@ -24,12 +25,17 @@ class FirstNumpyCase(unittest.TestCase):
     self.enterContext(Context(FIRST_NUMPY=1, TIERED=1))
     # the kernels' first run: a function's first realize is scheduled here, not run over its graph (test_first_graph.py)
     if applied('first-numpy-graph'): self.enterContext(Context(FIRST_GRAPH=0))
-    self.runs = 0
+    self.runs = self.loop_runs = 0
     orig = first_numpy.NumpyKernel.__call__
     def counting(kernel, *a, **kw):
       self.runs += 1
       return orig(kernel, *a, **kw)
     self.enterContext(unittest.mock.patch.object(first_numpy.NumpyKernel, "__call__", counting))
+    orig_loop = first_loop.LoopKernel.__call__
+    def counting_loop(kernel, *a, **kw):
+      self.runs, self.loop_runs = self.runs + 1, self.loop_runs + 1
+      return orig_loop(kernel, *a, **kw)
+    self.enterContext(unittest.mock.patch.object(first_loop.LoopKernel, "__call__", counting_loop))
 
   def numpy_runs(self, f, *args) -> tuple[list[np.ndarray], int]:
     """f's outputs on Tensors of args, and how many kernels numpy ran for them"""
@@ -218,6 +224,85 @@ class TestTiers(FirstNumpyCase):
     x = f32(8, 5)
     self.check(lambda X: (X.shard(("CPU:0", "CPU:1"), axis=0).sin() * 2).sum(1), np.sin(f64(x)).sum(1) * 2, x)
 
+class TestLoopKernel(FirstNumpyCase):
+  """engine/first_loop.py: a scan's kernel (a LOOP range, the carry in registers) run as numpy, the steps in Python, the batch an axis"""
+  @staticmethod
+  def scan(step, n_init:int, length:int, reverse=False, batch=None, batched=None):
+    def f(*leaves):
+      c, y = scan_kernel(step, list(leaves[:n_init]), list(leaves[n_init:]), length, reverse, batch=batch, batched=batched)
+      return [*c, *y]
+    return f
+
+  @staticmethod
+  def oracle(step, init:list[np.ndarray], xs:list[np.ndarray], reverse=False) -> list[np.ndarray]:
+    """the scan in float64 numpy, one example and one step at a time: (the final carries, the stacked ys), over a leading batch axis"""
+    outs = []
+    for b in range(len(init[0])):
+      c, ys = [f64(i[b]) for i in init], {}
+      for t in (reversed if reverse else iter)(range(xs[0].shape[1])):
+        c, y = step(c, [f64(x[b, t]) for x in xs])
+        ys[t] = y
+      outs.append([*c, *[np.stack([ys[t][i] for t in sorted(ys)]) for i in range(len(ys[0]))]])
+    return [np.stack(o) for o in zip(*outs)]
+
+  def test_bicycle_rollout(self):   # W7's rollout: sin, cos and a carry of 4 over 30 steps, 6 examples
+    def step(c, x, m=np):
+      (s,), (u,) = c, x
+      px, py, th, v = s[0], s[1], s[2], s[3]
+      stk = Tensor.stack if m is Tensor else np.stack
+      n = stk([px + 0.1 * v * th.cos(), py + 0.1 * v * th.sin(), th + 0.1 * v * (u[1] * 0.5).tanh(), v + 0.1 * u[0]]) if m is Tensor else \
+          np.stack([px + 0.1 * v * np.cos(th), py + 0.1 * v * np.sin(th), th + 0.1 * v * np.tanh(u[1] * 0.5), v + 0.1 * u[0]])
+      return [n], [n[:2] * 2]
+    s0, us = f32(6, 4, lo=-1, hi=1), f32(6, 30, 2, lo=-1, hi=1)
+    for reverse in (False, True):
+      with self.subTest(reverse=reverse):
+        self.check(self.scan(lambda c, x: step(c, x, Tensor), 1, 30, reverse, batch=6), self.oracle(step, [s0], [us], reverse), s0, us,
+                   rtol=1e-4, atol=1e-5)
+
+  def test_permuting_carry(self):   # each register read as the step began, though symbolic drops the AFTERs that said so
+    def step(c, x, stk=Tensor.stack):
+      (v, n), (w, k) = c, x
+      return [stk([v[2], v[0] * w.sum(), v[1] + k]), n + 1], [v.max(), (v * w[:3]).sum() + k]
+    v0, n0, ws, ks = f32(3, 3).astype(np.float64), np.zeros(3), f32(3, 9, 5, lo=0.5, hi=1.0).astype(np.float64), f32(3, 9).astype(np.float64)
+    want = self.oracle(lambda c, x: step(c, x, np.stack), [v0, n0], [ws, ks])
+    self.check(self.scan(step, 2, 9, batch=3), want, v0, n0, ws, ks, rtol=1e-12, atol=1e-12)
+
+  def test_shared_leaf_and_closed_over(self):   # an xs leaf every example reads, a Tensor the step closes over
+    w = f32(4, 4) / 4
+    def step(c, x, W=None):
+      (h,), (a, e) = c, x
+      return ([(W @ h + a * e).relu()], [h.sum()]) if W is not None else ([np.maximum(f64(w) @ h + a * e, 0)], [h.sum()])
+    h0, xa, xe = f32(5, 4), f32(5, 7, 4), f32(7, 4)
+    want = self.oracle(step, [h0], [xa, np.broadcast_to(xe, (5, 7, 4))])
+    self.check(lambda H, A, E, W: self.scan(lambda c, x: step(c, x, W), 1, 7, batch=5, batched=[True, True, False])(H, A, E), want,
+               h0, xa, xe, w, rtol=1e-4, atol=1e-5)
+
+  @unittest.skipUnless(applied('jit-first-call-numpy'), "TinyJit's hook")
+  def test_tinyjit_first_call_keeps_numpy(self):
+    # a kernel lowered again in a TinyJit's first call (an iteration run twice) stays numpy's: the capture builds it, the first call doesn't
+    x = f32(30, 5)
+    for budget, numpy_runs, k in ((first_tier.JIT_FIRST_BUDGET, 2, 1.5), (0.0, 1, 1.25)):   # (another kernel each: none compiled yet)
+      def twice(X):
+        for _ in range(2): X = vmap(lambda r: (r.sin() * k + r).exp() * 0.5)(X).realize()
+        return X
+      want = f64(x)
+      for _ in range(2): want = np.exp(np.sin(want) * k + want) * 0.5
+      with self.subTest(budget=budget), unittest.mock.patch.object(first_tier, "JIT_FIRST_BUDGET", budget), \
+           unittest.mock.patch.object(first_tier, "BUILD_S_PER_NODE", first_tier.BUILD_S_PER_NODE if budget else 0.0):
+        Device["CPU"].synchronize()
+        jf, n = TinyJit(twice), self.runs
+        first = jf(Tensor(x)).numpy()
+        self.assertEqual(self.runs - n, numpy_runs)   # without the budget, the second lowering is built in full as outside a jit
+        for _ in range(2): np.testing.assert_allclose(jf(Tensor(x)).numpy(), want, rtol=1e-5)
+        np.testing.assert_allclose(first, want, rtol=1e-5)
+        self.assertEqual(self.runs - n, numpy_runs)
+
+  def test_eager_second_lowering_compiled(self):   # outside a jit the second lowering is built in full, as for any kernel
+    s0, us = f32(4, 3), f32(4, 6, 3)
+    f = self.scan(lambda c, x: ([c[0] * 0.5 + x[0]], [c[0].exp()]), 1, 6, batch=4)
+    def step(c, x): return [c[0] * 0.5 + x[0]], [np.exp(c[0])]
+    self.check(f, self.oracle(step, [s0], [us]), s0, us, rtol=1e-5)
+
 class TestBuilt(FirstNumpyCase):
   """kernels numpy can't run as the C program does are built and compiled at their first run"""
   def built_first(self, f, want, *args):
@@ -233,6 +318,15 @@ class TestBuilt(FirstNumpyCase):
   def test_too_much_work(self):
     x = f32(64, 64)
     with unittest.mock.patch.object(first_numpy, "MAX_WORK", 1000): self.built_first(lambda X: (X * X).sum(1), (f64(x) ** 2).sum(1), x)
+
+  def test_loop_kernel_too_much_work(self):   # (the ys' copy out of the scan's one output buffer is numpy's)
+    s0, us = f32(2, 3), f32(2, 40, 3)
+    want = [s0 + us.astype(np.float64).sum(1), np.cumsum(f64(us), 1) + s0[:, None]]
+    # (no worker pool: a worker builds without the mock)
+    with unittest.mock.patch.object(first_numpy, "MAX_WORK", 100), Context(PARALLEL=0):
+      out, _ = self.numpy_runs(TestLoopKernel.scan(lambda c, x: ([c[0] + x[0]],) * 2, 1, 40, batch=2), s0, us)
+    self.assertEqual(self.loop_runs, 0)
+    for o, w in zip(out, want): np.testing.assert_allclose(o, w, rtol=1e-5)
 
 if __name__ == "__main__":
   unittest.main()

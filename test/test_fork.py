@@ -216,7 +216,7 @@ class TestRepo(unittest.TestCase):
                        "first-call", "cpu-avx512-tile", "program-cache", "upat-compile-after", "cpu-vector-lanes", "realize-shared-lookup",
                        "first-build-tier", "first-call-fixed-cost", "codegen-quick-passes", "clang-together", "devec-elements",
                        "kept-schedule", "jit-call-cost", "codegen-cost", "eager-cost-2", "codegen-cost-2", "codegen-cost-3",
-                       "cpu-vector-alus", "first-numpy", "first-numpy-graph"]}
+                       "cpu-vector-alus", "first-numpy", "first-numpy-graph", "jit-first-call-numpy"]}
     self.assertEqual(full[len(vmap):], perf[fork.upstream_line(ROOT)])
 
 class TestWheel(unittest.TestCase):

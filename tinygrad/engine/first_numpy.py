@@ -19,6 +19,7 @@ from tinygrad.dtype import dtypes, DType, Invalid, AddrSpace
 from tinygrad.uop.ops import Ops, UOp, ProgramInfo, KernelInfo, GroupOp, graph_rewrite
 from tinygrad.renderer import Estimates
 from tinygrad.uop.symbolic import sym
+from tinygrad.engine.first_loop import loop_range, loop_plan, LoopKernel
 
 # FIRST_NUMPY=1 on, 0 off. Left unset (-1), on but while pytest runs a test (PYTEST_CURRENT_TEST: a test of the codegen, the compiler or
 # the runtime, or one that mocks them, tests the compiled kernel; as the program cache), with DEBUG>=3 or VIZ (they show the codegen)
@@ -55,6 +56,12 @@ def _users(topo:list[UOp]) -> dict[UOp, list[UOp]]:
 def _gates(topo:list[UOp]) -> set[UOp]:
   """the WHEREs that gate an access: an INDEX's gated index, a STORE's gated value (the element is left as it is where it is false)"""
   return {u.src[1] for u in topo if u.op in (Ops.INDEX, Ops.STORE) and _gated(u.src[1])[1] is not None}
+
+def _stored_param(store:UOp) -> UOp|None:
+  """the global parameter a STORE writes (through a RESHAPE), None for a register"""
+  p = store.src[0].src[0]
+  while p.op in (Ops.RESHAPE, Ops.AFTER): p = p.src[0]
+  return p if p.op is Ops.PARAM else None
 
 def refuse(why:str) -> None:
   if DEBUG >= 4: print(f"first_numpy: built, not run as numpy: {why}")
@@ -113,21 +120,27 @@ def numpy_program(ast:UOp) -> UOp|None:
   if not enabled(): return None
   # the codegen's first rewrite of the AST (symbolic's algebra, which can turn an inf*0 into a 1-1/(1+x)): numpy computes what it does
   ast = graph_rewrite(ast, sym, name="first numpy symbolic")
-  if (p:=plan(ast)) is None: return None
-  if isinstance(ast.arg, KernelInfo): ast = ast.replace(arg=replace(ast.arg, estimates=p[2]))   # what track_stats counts
+  if (p:=plan(ast)) is not None: est, name = p[2], "np_" + "_".join(str(s) for s in p[1])   # numpy's, over ranges of these sizes
+  elif loop_range(ast) is not None and (lp:=loop_plan(ast)) is not None:   # a scan's kernel: its loop in Python (engine/first_loop.py)
+    est, name = lp.estimates, "npl_" + "_".join(str(s) for s in (*lp.sizes, lp.nsteps))
+  else: return None
+  if isinstance(ast.arg, KernelInfo): ast = ast.replace(arg=replace(ast.arg, estimates=est))   # what track_stats counts
   topo = ast.toposort()
-  slots = sorted({u.arg.slot for u in topo if u.op is Ops.PARAM})
-  outs = tuple(sorted({u.src[0].src[0].arg.slot for u in topo if u.op is Ops.STORE}))
-  name = "np_" + "_".join(str(s) for s in p[1])   # numpy's, over ranges of these sizes
+  slots = sorted({u.arg.slot for u in topo if u.op is Ops.PARAM and u.addrspace is not AddrSpace.REG})
+  outs = tuple(sorted({p.arg.slot for u in topo if u.op is Ops.STORE and (p:=_stored_param(u)) is not None}))
   # only its kernel's AST: a compiled PROGRAM has its LINEAR, SOURCE and BINARY too
   return UOp(Ops.PROGRAM, src=(ast,), arg=ProgramInfo(name, globals=tuple(slots), outs=outs, ins=tuple(s for s in slots if s not in outs)))
+
+numpy_spent: dict[UOp, float] = {}   # a numpy PROGRAM: the seconds its runs took (engine/first_tier.py's stays_quick)
 
 def numpy_runtime(prg:UOp) -> NumpyKernel|None:
   """the runtime of a PROGRAM numpy_program made (here or in a compile worker), for engine/realize.py's get_runtime, which keeps it"""
   from tinygrad.engine.first_graph import graph_runtime, is_graph_program
   if is_graph_program(prg): return graph_runtime(prg)
-  if len(prg.src) != 1 or prg.src[0].op is not Ops.SINK or (p:=plan(prg.src[0])) is None: return None
-  return NumpyKernel(prg.src[0], *p[:2], list(prg.arg.globals))
+  if len(prg.src) != 1 or prg.src[0].op is not Ops.SINK: return None
+  if (p:=plan(prg.src[0])) is not None: return NumpyKernel(prg.src[0], *p[:2], list(prg.arg.globals), prg)
+  if loop_range(prg.src[0]) is not None and (lp:=loop_plan(prg.src[0])) is not None: return LoopKernel(lp, list(prg.arg.globals), prg)
+  return None
 
 class Affine:
   """an index that is a constant plus ranges times constants: read and written as a strided view, never materialized"""
@@ -141,8 +154,8 @@ class Affine:
 
 class NumpyKernel:
   """a kernel's runtime: its AST evaluated by numpy over the buffers it is called with"""
-  def __init__(self, ast:UOp, axes:dict[UOp, int], sizes:tuple[int, ...], slots:list[int]):
-    self.axes, self.sizes, self.slots, self.topo = axes, sizes, slots, ast.toposort()
+  def __init__(self, ast:UOp, axes:dict[UOp, int], sizes:tuple[int, ...], slots:list[int], prg:UOp|None=None):
+    self.axes, self.sizes, self.slots, self.topo, self.prg = axes, sizes, slots, ast.toposort(), prg
     users, self.gated = _users(self.topo), _gates(self.topo)
     # Tensor.cos is sin(pi/2 - x): cos of x itself, as the codegen's decomposition takes it (pi/2 - x rounds to x's precision)
     from tinygrad.codegen.decomp.transcendental import _cos_arg
@@ -170,7 +183,9 @@ class NumpyKernel:
     for d in sorted(Device._opened_devices): Device[d].synchronize()
     st = time.perf_counter()
     with np.errstate(all="ignore"): _Run(self, np, {slot: np.frombuffer(to_mv(b.va_addr, b.size), np.uint8) for slot, b in zip(self.slots, bufs)})
-    return time.perf_counter() - st if wait else None
+    et = time.perf_counter() - st
+    if self.prg is not None: numpy_spent[self.prg] = numpy_spent.get(self.prg, 0.0) + et
+    return et if wait else None
 
 class _Run:
   """one evaluation: each node's value an array over the kernel's axes (size 1 on those it does not depend on), a Python constant, or an

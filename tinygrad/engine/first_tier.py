@@ -9,13 +9,14 @@ leaves out elementwise upcasts, the tile's M and N and a reduce's upcast outputs
 (clang fuses multiply-adds differently). A quick build is kept in the program cache too, under its own key. Tested in
 test/test_first_call_cpu.py."""
 from __future__ import annotations
+import contextlib
 from tinygrad.helpers import BEAM, Context, ContextVar, getenv
 from tinygrad.uop.ops import Ops, UOp
 from tinygrad.renderer import Renderer
 import tinygrad.codegen as codegen
 from tinygrad.codegen import to_program, to_program_cache, program_cache
 from tinygrad.codegen.opt.heuristic_cpu import quick_opts_differ
-from tinygrad.engine.first_numpy import numpy_program
+from tinygrad.engine.first_numpy import numpy_program, numpy_spent
 from tinygrad.engine.first_graph import is_graph_program
 
 TIERED = ContextVar("TIERED", 1)   # TIERED=0: every build is full
@@ -40,6 +41,22 @@ def first_build(ast:UOp, ren:Renderer, quick:bool) -> tuple[UOp, bool]:
   # it once across processes. do_to_program looked up at the call: a test's mock of it sees it
   with Context(QUICK_OPTS=1): return program_cache.cached_to_program(ast, ren, lambda a, r: codegen.do_to_program(a, r)), True
 
+# a TinyJit's first call runs its function eagerly and its second captures it, building every kernel in full: in the first call a kernel
+# lowered again (an iteration run twice) keeps its numpy run while its runs took less than a build of it would (measured on the bench's
+# kernels: ~50 ms and ~0.7 ms an AST node; a scan's kernel of 1333 nodes 1 s)
+JIT_FIRST_BUDGET, BUILD_S_PER_NODE = 0.05, 0.5e-3
+jit_first = 0   # TinyJit first calls running now
+@contextlib.contextmanager
+def jit_first_call(on:bool):
+  global jit_first
+  jit_first += on
+  try: yield
+  finally: jit_first -= on
+
+def stays_quick(key:tuple) -> bool:
+  if not jit_first or (prg:=quick_programs.get(key)) is None or (spent:=numpy_spent.get(prg)) is None: return False
+  return spent < JIT_FIRST_BUDGET + BUILD_S_PER_NODE * len(quick_asts[prg].toposort())
+
 def add_quick(key:tuple, prg:UOp, ast:UOp) -> None:
   quick_programs[key], quick_asts[prg] = prg, ast
   built_quick.add(key)
@@ -54,7 +71,7 @@ def requeue(linear:UOp) -> UOp:
 def full_builds(keys) -> None:
   """the quick builds of these kernels, lowered again, leave to_program's cache: the lowering builds them in full"""
   for k in keys:
-    if (prg:=quick_programs.pop(k, None)) is not None: to_program_cache.pop(k, None)
+    if not stays_quick(k) and quick_programs.pop(k, None) is not None: to_program_cache.pop(k, None)
 
 def has_quick(linear:UOp) -> bool:
   """whether a compiled linear runs a quick build (an eager realize keeps only full ones: engine/callify_cache.py)"""
