@@ -281,13 +281,13 @@ class TestLoopKernel(FirstNumpyCase):
   def test_tinyjit_first_call_keeps_numpy(self):
     # a kernel lowered again in a TinyJit's first call (an iteration run twice) stays numpy's: the capture builds it, the first call doesn't
     x = f32(30, 5)
-    for budget, numpy_runs, k in ((first_tier.JIT_FIRST_BUDGET, 2, 1.5), (0.0, 1, 1.25)):   # (another kernel each: none compiled yet)
+    for budget, numpy_runs, k in ((first_tier.BUILD_S, 2, 1.5), (0.0, 1, 1.25)):   # (another kernel each: none compiled yet)
       def twice(X):
         for _ in range(2): X = vmap(lambda r: (r.sin() * k + r).exp() * 0.5)(X).realize()
         return X
       want = f64(x)
       for _ in range(2): want = np.exp(np.sin(want) * k + want) * 0.5
-      with self.subTest(budget=budget), unittest.mock.patch.object(first_tier, "JIT_FIRST_BUDGET", budget), \
+      with self.subTest(budget=budget), unittest.mock.patch.object(first_tier, "BUILD_S", budget), \
            unittest.mock.patch.object(first_tier, "BUILD_S_PER_NODE", first_tier.BUILD_S_PER_NODE if budget else 0.0):
         Device["CPU"].synchronize()
         jf, n = TinyJit(twice), self.runs

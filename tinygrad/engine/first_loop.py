@@ -24,11 +24,12 @@ _FLOAT_UFUNCS = {Ops.ADD: "add", Ops.SUB: "subtract", Ops.MUL: "multiply", Ops.F
                  Ops.RECIPROCAL: "reciprocal", Ops.CMPLT: "less", Ops.CMPNE: "not_equal", Ops.CMPEQ: "equal"}
 _INDEX_MATH = {Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul, Ops.NEG: operator.neg}
 LOOP_OPS = {Ops.BUFFER, Ops.LOAD, Ops.AFTER, Ops.GROUP, Ops.STACK, Ops.RESHAPE}
+STEP_S, ELEMENT_S = 2e-6, 2e-9   # what a step of the body costs in Python, and an element in numpy (measured: W7's scans)
 
 class LoopPlan:
   """what numpy runs: the steps before the loop, the loop's body (once a step), the steps after it, and each slot's initial value"""
   def __init__(self, ast:UOp):
-    from tinygrad.engine.first_numpy import SUPPORTED, NP_DTYPES, MAX_WORK, refuse, _Run
+    from tinygrad.engine.first_numpy import SUPPORTED, NP_DTYPES, MAX_WORK, BUILD_S, BUILD_S_PER_NODE, refuse, _Run
     self.ok, topo = False, list(ast.toposort())
     if (ops:={u.op for u in topo} - SUPPORTED - LOOP_OPS - {Ops.REDUCE}) or Ops.REDUCE in ops: return refuse(f"{ops} in a loop kernel")
     loops = [u for u in topo if u.op is Ops.RANGE and u.arg[-1] is AxisType.LOOP]
@@ -133,6 +134,9 @@ class LoopPlan:
       if u.op not in (Ops.CONST, Ops.PARAM, Ops.RANGE, Ops.BUFFER, Ops.STACK, Ops.RESHAPE): work += n
     if read & written: return refuse("a buffer read where it is written")
     if work > MAX_WORK: return refuse(f"{work} element-ops")
+    # the loop costs ~2 µs a step of the body (Python and numpy's call) and ~2 ns an element: past a build of the kernel, it is built
+    if (cost:=(len(body) + len(reg_loads)) * self.nsteps * STEP_S + work * ELEMENT_S) > (build:=BUILD_S + BUILD_S_PER_NODE * len(topo)):
+      return refuse(f"the loop's ~{cost*1e3:.0f} ms over a build's ~{build*1e3:.0f} ms")
     if not written: return None
     self.pre, self.body, self.post, self.loop_slot = pre, reg_loads + body, post, slot[loop]
     self.estimates = Estimates(flops, sum(mem.values()), sum(mem.values()))

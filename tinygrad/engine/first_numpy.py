@@ -30,6 +30,9 @@ def enabled() -> bool:
   return "PYTEST_CURRENT_TEST" not in os.environ and DEBUG < 3 and not VIZ and not PROFILE
 # past these a compiled kernel is cheaper than numpy's passes over memory (~1-2 ns an element a node against clang's ~50-300 ms)
 MAX_WORK, MAX_ELEMENTS = 1 << 26, 1 << 25   # element-ops of a kernel (every value's elements), elements of one value
+# what a kernel's build (0.14's codegen in Python, then clang) costs, measured on the bench's kernels: 50 ms, and 0.5 ms an AST node (a
+# scan's kernel of 1333 nodes 1 s). engine/first_loop.py weighs its Python loop against it; engine/first_tier.py a TinyJit first call's runs
+BUILD_S, BUILD_S_PER_NODE = 0.05, 0.5e-3
 
 NP_DTYPES = {dtypes.bool: "bool", dtypes.int8: "int8", dtypes.int16: "int16", dtypes.int32: "int32", dtypes.int64: "int64",
              dtypes.uint8: "uint8", dtypes.uint16: "uint16", dtypes.uint32: "uint32", dtypes.uint64: "uint64", dtypes.float16: "float16",

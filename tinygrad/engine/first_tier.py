@@ -16,7 +16,7 @@ from tinygrad.renderer import Renderer
 import tinygrad.codegen as codegen
 from tinygrad.codegen import to_program, to_program_cache, program_cache
 from tinygrad.codegen.opt.heuristic_cpu import quick_opts_differ
-from tinygrad.engine.first_numpy import numpy_program, numpy_spent
+from tinygrad.engine.first_numpy import numpy_program, numpy_spent, BUILD_S, BUILD_S_PER_NODE
 from tinygrad.engine.first_graph import is_graph_program
 
 TIERED = ContextVar("TIERED", 1)   # TIERED=0: every build is full
@@ -42,9 +42,7 @@ def first_build(ast:UOp, ren:Renderer, quick:bool) -> tuple[UOp, bool]:
   with Context(QUICK_OPTS=1): return program_cache.cached_to_program(ast, ren, lambda a, r: codegen.do_to_program(a, r)), True
 
 # a TinyJit's first call runs its function eagerly and its second captures it, building every kernel in full: in the first call a kernel
-# lowered again (an iteration run twice) keeps its numpy run while its runs took less than a build of it would (measured on the bench's
-# kernels: ~50 ms and ~0.7 ms an AST node; a scan's kernel of 1333 nodes 1 s)
-JIT_FIRST_BUDGET, BUILD_S_PER_NODE = 0.05, 0.5e-3
+# lowered again (an iteration run twice) keeps its numpy run while its runs took less than a build of it would (first_numpy's BUILD_S)
 jit_first = 0   # TinyJit first calls running now
 @contextlib.contextmanager
 def jit_first_call(on:bool):
@@ -55,7 +53,7 @@ def jit_first_call(on:bool):
 
 def stays_quick(key:tuple) -> bool:
   if not jit_first or (prg:=quick_programs.get(key)) is None or (spent:=numpy_spent.get(prg)) is None: return False
-  return spent < JIT_FIRST_BUDGET + BUILD_S_PER_NODE * len(quick_asts[prg].toposort())
+  return spent < BUILD_S + BUILD_S_PER_NODE * len(quick_asts[prg].toposort())
 
 def add_quick(key:tuple, prg:UOp, ast:UOp) -> None:
   quick_programs[key], quick_asts[prg] = prg, ast
