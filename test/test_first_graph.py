@@ -142,6 +142,35 @@ class TestOps(GraphCase):
     def grad(X): return X.cos().sum().gradient(X)[0]
     self.check(grad, -np.sin(f64(x)), x, rtol=1e-5, atol=1e-5)
 
+class TestScanKernel(GraphCase):
+  """a scan's kernel in the function (scan_kernel.py's CALL): run by engine/first_loop.py on the function's arrays, the graph around it"""
+  def test_scan_between_ops(self):   # its inputs made in the function, its carry and ys read after it
+    from tinygrad.scan_kernel import scan_kernel
+    s0, us = f32(5, 3, lo=-1, hi=1), f32(5, 8, 3, lo=-1, hi=1)
+    def f(S, U):
+      (c,), (y,) = scan_kernel(lambda c, x: ([c[0] * 0.75 + x[0].sin()], [c[0].cos() * x[0]]), [S * 2], [U + 0.5], 8, reverse=True, batch=5)
+      return c.sum(1) + 1, y * 3
+    c, ys = f64(s0) * 2, {}
+    for t in reversed(range(8)):
+      x = f64(us[:, t]) + 0.5
+      ys[t] = np.cos(c) * x
+      c = c * 0.75 + np.sin(x)
+    self.check(f, (c.sum(1) + 1, np.stack([ys[t] for t in range(8)], 1) * 3), s0, us)
+
+  def test_trajopt_iteration(self):   # examples/trajopt.py: the backward and forward passes' scans in one function, against numpy's iLQR
+    from test_trajopt import trajopt, ilqr_numpy
+    starts, T = trajopt.start_poses(2, seed=4), 12
+    solver = trajopt.Solver(starts, T, dtypes.float64)
+    for k in range(2):
+      n = self.runs
+      cost = solver.iterate().numpy()
+      if k == 0: self.assertGreater(self.runs - n, 0, "the iteration's function was not numpy's over the graph")
+      for b in range(2):
+        X, U, costs = ilqr_numpy(starts[b], T, k + 1)
+        np.testing.assert_allclose(cost[b], costs[-1], rtol=1e-9)
+        np.testing.assert_allclose(solver.X.numpy()[b], X, atol=1e-9)
+        np.testing.assert_allclose(solver.U.numpy()[b], U, atol=1e-9)
+
 class TestStores(GraphCase):
   def test_assign_into_a_slice(self):   # a store into a view of a buffer keeps its other elements
     base, x = f32(6, 4), f32(6)

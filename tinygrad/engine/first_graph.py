@@ -7,6 +7,8 @@ axes, and a REDUCE ADD of a product (a matmul, a dot) an einsum that never makes
 runtime is that evaluation; it is kept nowhere (schedule cache, kept schedule, a realize template, a TinyJit capture): the function's
 next realize schedules it as before, its kernels' first run then engine/first_numpy.py's, the one after compiled.
 
+A kernel's CALL in the graph (scan_kernel.py's scan, a custom kernel) runs where engine/first_loop.py runs its kernel: on the function's
+arrays, its inputs made contiguous, its output the buffer it writes (the lowering sees it as a built PROGRAM: nothing to compile).
 Taken only where every buffer is a CPU one, every shape is concrete, every op is one numpy computes as the kernels would (up to the
 order a float reduce adds in) and the work is small (first_numpy's bounds); anything else is scheduled as before. On when first_numpy
 is (FIRST_GRAPH below), never while TinyJit captures. Tested in test/test_first_numpy.py (TestFirstGraph)."""
@@ -20,13 +22,14 @@ from tinygrad.uop.symbolic import sym
 from tinygrad.renderer import Estimates
 import contextlib
 from tinygrad.engine.first_numpy import enabled, numpy_available, NP_DTYPES, UNARY, BINARY, MAX_WORK, _Run, _users
+from tinygrad.engine.first_loop import LoopPlan, loop_range, loop_plan
 
 MOVEMENT = {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 PASS = {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH}   # a value as it is
 # a Python constant's weak dtypes as the wide ones they compute in
 GRAPH_DTYPES = {**NP_DTYPES, dtypes.weakfloat: "float64"}
 SUPPORTED = UNARY | BINARY | MOVEMENT | PASS | {Ops.COPY, Ops.POW, Ops.WHERE, Ops.CAST, Ops.BITCAST, Ops.CONST, Ops.PARAM, Ops.STACK, Ops.REDUCE, Ops.STORE,
-                                                Ops.AFTER, Ops.SINK}
+                                                Ops.AFTER, Ops.SINK, Ops.CALL}
 # past this a value's pages (faulted in fresh) cost more than the schedule saves: the kernels' loops never make it (bench W5's 16M)
 MAX_VALUE = 1 << 23
 PREFIX = "npg_"   # a PROGRAM of this module's: its name
@@ -50,6 +53,7 @@ def data_srcs(u:UOp) -> tuple[UOp, ...]:
   """the srcs whose values u reads (a movement op's others are its shape, a PARAM's its size)"""
   if u.op in MOVEMENT or u.op is Ops.REDUCE: return u.src[:1]
   if u.op in (Ops.PARAM, Ops.CONST, Ops.COPY): return ()   # a COPY is the linear's own CALL, before the graph's
+  if u.op is Ops.CALL: return u.src[1:]   # a kernel's CALL (scan_kernel.py's): its buffers, the kernel is its own
   return u.src
 
 def is_copy(u:UOp) -> bool:
@@ -77,15 +81,31 @@ def _target_chain(t:UOp) -> list[UOp]|None:
   except ValueError: return None
   return chain if view.size == 0 or np.may_share_memory(view, base) else None
 
-def plan(function:UOp) -> tuple[list[UOp], list[UOp], Estimates]|None:
-  """(the data nodes in order, the PARAMs by slot, the Estimates) when numpy can run the function as its kernels would, else None"""
+def _loop_kernel(call:UOp) -> LoopPlan|None:
+  """the plan of a CALL's kernel where it is one engine/first_loop.py runs (a scan's): its output the CALL's first buffer, a whole PARAM"""
+  if len(call.src) < 2 or call.src[1].op is not Ops.PARAM: return None
+  if (k:=call.src[0]).op is Ops.PROGRAM and k.arg.name.startswith(PREFIX): kernel = k.src[0]   # graph_linear's, rewritten already
+  elif k.op is Ops.SINK: kernel = graph_rewrite(k, sym, name="first numpy symbolic")   # as first_numpy rewrites a kernel: the codegen's folds
+  else: return None
+  if loop_range(kernel) is None or (lp:=loop_plan(kernel)) is None: return None
+  # each PARAM of the kernel is the CALL's buffer of its slot, of its size and dtype; the kernel writes its first alone
+  ps = {u.arg.slot: u for u in kernel.toposort() if u.op is Ops.PARAM}
+  if sorted(ps) != list(range(len(call.src) - 1)) or set(lp.params) != set(ps) or any(
+     ps[i].arg.dtype != b.dtype or not isinstance(ps[i].src[0].arg, int) or ps[i].src[0].arg != prod(b.shape) for i, b in enumerate(call.src[1:])):
+    return refuse("a CALL whose buffers are not its kernel's")
+  return lp
+
+def plan(function:UOp) -> tuple[list[UOp], list[UOp], Estimates, dict[UOp, LoopPlan]]|None:
+  """(the data nodes in order, the PARAMs by slot, the Estimates, each CALL's loop) when numpy can run the function as its kernels
+  would, else None"""
   if function.op is not Ops.SINK or not numpy_available(): return None
-  if (ops:={u.op for u in function.toposort()} - SUPPORTED): return refuse(f"{ops}")
-  # only the data nodes: a movement op's shape srcs are never evaluated
+  # only the data nodes: a movement op's shape srcs are never evaluated, a CALL's kernel is its own
   reached: set[UOp] = {function}
   for u in reversed(list(function.toposort())):
     if u in reached: reached.update(data_srcs(u))
   topo = [u for u in function.toposort() if u in reached]
+  if (ops:={u.op for u in topo} - SUPPORTED): return refuse(f"{ops}")
+  loops: dict[UOp, LoopPlan] = {}
   params: dict[int, UOp] = {}
   stored: set[UOp] = set()
   work, flops, mem, users = 0, 0, 0, _users(topo)
@@ -117,8 +137,17 @@ def plan(function:UOp) -> tuple[list[UOp], list[UOp], Estimates]|None:
       if (root:=_root(u.src[0])) in stored: return refuse("two stores into one parameter")
       stored.add(root)
       continue
-    if u.op is Ops.AFTER:   # the buffer (a view of it) after stores into it (into views of it), or after such AFTERs
-      if _target_chain(u.src[0]) is None or not all(d.op in (Ops.STORE, Ops.AFTER) and _root(d.src[0]) is _root(u.src[0]) for d in u.src[1:]):
+    if u.op is Ops.CALL:   # a kernel run on whole arrays: its inputs made contiguous, its output the buffer it writes
+      if (lp:=_loop_kernel(u)) is None: return refuse("a CALL of other than a loop kernel")
+      if u.src[1] in stored: return refuse("two stores into one parameter")
+      if any(not all(isinstance(s, int) for s in b.shape) for b in u.src[1:]): return refuse("a symbolic shape")
+      stored.add(u.src[1])
+      loops[u] = lp
+      flops, work = flops + lp.estimates.ops, work + lp.work
+      continue
+    if u.op is Ops.AFTER:   # the buffer (a view of it) after stores into it (into views of it), or after such AFTERs, or after a CALL's kernel
+      if _target_chain(u.src[0]) is None or not all(d.op in (Ops.STORE, Ops.AFTER) and _root(d.src[0]) is _root(u.src[0]) or
+                                                    d.op is Ops.CALL and d.src[1] is u.src[0] for d in u.src[1:]):
         return refuse("an AFTER of other than its buffer's stores")
       continue
     if u.dtype not in GRAPH_DTYPES or (u.op is Ops.POW and not dtypes.is_float(u.dtype)): return refuse(f"{u.op} of {u.dtype}")
@@ -136,10 +165,11 @@ def plan(function:UOp) -> tuple[list[UOp], list[UOp], Estimates]|None:
   # a buffer is written, and read through its AFTER only (a read of it before the store, or stores that read each other, are the
   # schedule's to order or refuse)
   chains = {x for u in topo if u.op in (Ops.STORE, Ops.AFTER) for x in _target_chain(u.src[0]) or ()}
-  if any(c not in chains and c.op not in (Ops.STORE, Ops.AFTER) for x in chains for c in users.get(x, [])):
+  if any(c not in chains and c.op not in (Ops.STORE, Ops.AFTER) and not (c.op is Ops.CALL and c.src[1] is x) for x in chains
+         for c in users.get(x, [])):
     return refuse("a buffer read where it is written")
   if work > MAX_WORK: return refuse(f"{work} element-ops")
-  return topo, [params[s] for s in sorted(params)], Estimates(flops, mem, mem)
+  return topo, [params[s] for s in sorted(params)], Estimates(flops, mem, mem), loops
 
 def _einsums(topo:list[UOp], users:dict[UOp, list[UOp]]) -> tuple[dict[UOp, UOp], set[UOp]]:
   """(each REDUCE ADD of a product (through PERMUTEs) read by REDUCE ADDs alone: that product, the products and PERMUTEs never made)"""
@@ -164,21 +194,30 @@ def _permutes(r:UOp) -> list[UOp]:
   while x.op is Ops.PERMUTE: ret.append(x); x = x.src[0]
   return ret
 
+def _seen_key(function:UOp) -> bytes:
+  """the function's key, a kernel's CALL without its CallInfo: scan_kernel's gradient function is a new closure each trace, the kernel
+  the same"""
+  calls = {c: c.replace(arg=None) for c in function.toposort() if c.op is Ops.CALL and c.arg is not None}
+  return function.substitute(calls).key if calls else function.key
+
 def graph_linear(function:UOp) -> UOp|None:
   """the function's linear as one numpy PROGRAM where it is seen the first time (and numpy can run it), else None: scheduled as before"""
-  if not _runs_now or not graph_enabled() or function.key in seen: return None
+  if not _runs_now or not graph_enabled() or (key:=_seen_key(function)) in seen: return None
   from tinygrad.engine.realize import capturing
   if capturing: return None
   if len(seen) > 1 << 16: seen.clear()   # a process of many one-off functions (a new constant each step) forgets the oldest
-  seen.add(function.key)
+  seen.add(key)
   if (p:=plan(function)) is None: return None
-  topo, params, est = p
+  topo, params, est, _ = p
   # the COPYs first, as the schedule makes them: CALL(COPY, dst, src), on the function's PARAMs as the graph's CALL
   copies = tuple(UOp(Ops.CALL, dtypes.void, (u.src[1], _whole(u.src[0]), _whole(u.src[1].src[0]))) for u in topo if is_copy(u))
   name = PREFIX + "_".join(str(s) for s in next(s for s in topo if s.op is Ops.AFTER).shape) if topo else PREFIX
-  body = function.replace(arg=KernelInfo(name=name, estimates=est))
+  # a CALL's kernel as a built PROGRAM (the lowering builds no CALL inside this one), the kernel loop_plan planned
+  body = function.substitute({c: c.replace(src=(UOp(Ops.PROGRAM, src=(lp.ast, UOp(Ops.BINARY, arg=b"")), arg=ProgramInfo(PREFIX + "loop")),
+                                                *c.src[1:])) for c, lp in p[3].items()}).replace(arg=KernelInfo(name=name, estimates=est))
   _planned[body] = p   # for graph_runtime, when get_runtime makes the runtime next
-  outs = tuple(i for i, p in enumerate(params) if any(u.op is Ops.STORE and not is_copy(u) and _root(u.src[0]) is p for u in topo))
+  outs = tuple(i for i, p in enumerate(params) if any(u.op is Ops.STORE and not is_copy(u) and _root(u.src[0]) is p or
+                                                      u.op is Ops.CALL and u.src[1] is p for u in topo))
   # a PROGRAM with a BINARY is built: the lowering leaves it, get_runtime makes its runtime here (graph_runtime)
   prg = UOp(Ops.PROGRAM, src=(body, UOp(Ops.BINARY, arg=b"")), arg=ProgramInfo(name, globals=tuple(range(len(params))), outs=outs,
                                                                               ins=tuple(i for i in range(len(params)) if i not in outs)))
@@ -189,7 +228,7 @@ def is_graph_program(prg:UOp) -> bool: return prg.op is Ops.PROGRAM and isinstan
 _planned: dict[UOp, tuple] = {}
 def graph_runtime(prg:UOp) -> NumpyGraph|None:
   if not is_graph_program(prg) or (p:=_planned.pop(prg.src[0], None) or plan(prg.src[0])) is None: return None
-  return NumpyGraph(*p[:2])
+  return NumpyGraph(p[0], p[1], p[3])
 
 ELEMENTWISE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
 
@@ -198,11 +237,11 @@ class NumpyGraph:
   Each region of elementwise ops is one expression over its leaves (the values it reads: loads, reduces, movement ops), rewritten by
   symbolic as the codegen rewrites a kernel (x/x is 1, x*(1/(1+x)) is 1-1/(1+x), pi/2-(pi/2-x) is x): numpy computes what the
   kernels compute. Only its roots (the values something else reads) are made"""
-  def __init__(self, topo:list[UOp], params:list[UOp]):
-    self.topo, self.params = topo, params
+  def __init__(self, topo:list[UOp], params:list[UOp], loops:dict[UOp, LoopPlan]):
+    self.topo, self.params, self.loops = topo, params, loops
     users = _users(topo)
     self.einsums, self.lazy = _einsums(topo, users)
-    self.stored = {_root(u.src[0]) for u in topo if u.op is Ops.STORE and not is_copy(u)}
+    self.stored = {_root(u.src[0]) for u in topo if u.op is Ops.STORE and not is_copy(u)} | {u.src[1] for u in loops}
     # the elementwise regions as expressions: a leaf a Variable of its dtype (as a kernel's load: any value of it)
     leaves: dict[UOp, UOp] = {}
     expr: dict[UOp, UOp] = {}
@@ -238,7 +277,7 @@ class NumpyGraph:
         if x in self.leaf_of: reads.setdefault(self.leaf_of[x], []).append(r)
     for u in topo:
       if u.op not in ELEMENTWISE:
-        for x in (u.src if u.op is not Ops.PARAM else ()): reads.setdefault(x, []).append(u)
+        for x in (data_srcs(u) if u.op is Ops.CALL else u.src if u.op is not Ops.PARAM else ()): reads.setdefault(x, []).append(u)
     self.free_after: dict[int, list[UOp]] = {}
     for u in topo:
       if u in reads and u.op is not Ops.CONST: self.free_after.setdefault(max(at[c] for c in reads[u]), []).append(u)
@@ -280,6 +319,9 @@ class _GraphRun(_Run):
       view = self.target(u.src[0])
       view[...] = np.asarray(self.v[u.src[1]]).astype(view.dtype, copy=False)
     elif u.op is Ops.AFTER: self.v[u] = self.target(u.src[0])
+    elif u.op is Ops.CALL:   # the kernel over flat arrays: its inputs' values made contiguous, its output the buffer itself
+      bufs = [self.raw[u.src[1]].reshape(-1)] + [np.ascontiguousarray(np.broadcast_to(self.v[b], b.shape)).reshape(-1) for b in u.src[2:]]
+      g.loops[u].run(dict(enumerate(bufs)))
     elif u.op in PASS: self.v[u] = self.v[u.src[0]]
     elif u.op in MOVEMENT: self.v[u] = _move(np, u, np.asarray(self.v[u.src[0]]))
     elif u.op is Ops.STACK:

@@ -1,4 +1,4 @@
-# line: 0.14.0 only (engine/first_numpy.py asks it for a kernel with a LOOP range; the first-numpy-loop topic)
+# line: 0.14.0 only (engine/first_numpy.py asks it for a kernel with a LOOP range that first_numpy's plan refuses)
 """A kernel with a LOOP range (scan_kernel.py's scan: the carry in registers across the steps) run the first time as numpy, the loop in
 Python and every other range an axis of the arrays. A scan kernel is a step's graph unrolled to scalars (100-2000 ALUs), and its codegen
 and clang cost 0.1-1 s at a first call (W7's and W8's backward and forward passes); numpy evaluates the step's scalars over the batch
@@ -30,11 +30,11 @@ class LoopPlan:
   """what numpy runs: the steps before the loop, the loop's body (once a step), the steps after it, and each slot's initial value"""
   def __init__(self, ast:UOp):
     from tinygrad.engine.first_numpy import SUPPORTED, NP_DTYPES, MAX_WORK, BUILD_S, BUILD_S_PER_NODE, refuse, _Run
-    self.ok, topo = False, list(ast.toposort())
-    if (ops:={u.op for u in topo} - SUPPORTED - LOOP_OPS - {Ops.REDUCE}) or Ops.REDUCE in ops: return refuse(f"{ops} in a loop kernel")
+    self.ok, self.ast, topo = False, ast, list(ast.toposort())
+    if ops:={u.op for u in topo} - (SUPPORTED - {Ops.REDUCE}) - LOOP_OPS: return refuse(f"{ops} in a loop kernel")
     loops = [u for u in topo if u.op is Ops.RANGE and u.arg[-1] is AxisType.LOOP]
     ranges = [u for u in topo if u.op is Ops.RANGE and u not in loops]
-    if len(loops) != 1 or Ops.REDUCE in {u.op for u in topo}: return refuse("not one LOOP range")
+    if len(loops) != 1: return refuse("not one LOOP range")
     if not all(r.src[0].op is Ops.CONST and isinstance(r.src[0].arg, int) and r.src[0].arg > 0 for r in ranges + loops):
       return refuse("a symbolic range")
     loop, self.nsteps = loops[0], loops[0].src[0].arg
@@ -46,7 +46,9 @@ class LoopPlan:
       elif u is loop or any(s in inside for s in u.src): inside.add(u)
       elif any(s in after for s in u.src): after.add(u)
     if any(r in inside for r in ranges) or any(u.op is Ops.END and u in inside for u in topo): return refuse("a range inside the loop")
-    self.np_alu = _Run.__new__(_Run)   # first_numpy's ALUs (arr, alu) over these axes
+    # the other ranges are axes: each example's registers an element of an array, so each must be stored before the loop reads it (in
+    # C one register would carry a value from one example to the next)
+    self.np_alu = _Run.__new__(_Run)   # first_numpy's ALUs (arr, alu) over these axes, without a kernel of its own
     import numpy
     self.np_alu.sizes, self.np_alu.np = self.sizes, numpy
     slot: dict[UOp, int] = {}
@@ -56,6 +58,7 @@ class LoopPlan:
     index_param: dict[UOp, UOp] = {}   # an INDEX into a global parameter: the parameter
     regs: dict[tuple[UOp, int], int] = {}   # (a register BUFFER, an element) -> the slot holding it
     pre, body, post, reg_loads, reg_stores = [], [], [], [], set()
+    stored: dict[int, list] = {}   # a register's slot -> the lists of steps that store it
     deps: dict[UOp, frozenset[int]] = {}
     read, written, work, flops, mem = set(), set(), 0, 0, {}
     def new(v:Any=None) -> int:
@@ -101,6 +104,8 @@ class LoopPlan:
         index_param[u] = p
       elif u.op is Ops.LOAD:
         if (idx:=u.src[0]).op is not Ops.INDEX or idx not in slot: return refuse("a LOAD that is not of an INDEX")
+        if base(idx.src[0]).op is Ops.BUFFER and not any(l is pre or (l is body and steps is post) for l in stored.get(slot[idx], ())):
+          return refuse("a register read before the loop stores it")
         slot[u] = new()
         # a register's value as the step began (scan_kernel.py: every store of the carry waits for every load of it; symbolic drops the
         # loads from the AFTERs that said so): the loads of the body run first
@@ -116,6 +121,7 @@ class LoopPlan:
         if base(idx.src[0]).op is Ops.BUFFER:
           if steps is body and slot[idx] in reg_stores: return refuse("a register stored twice a step")
           if steps is body: reg_stores.add(slot[idx])
+          stored.setdefault(slot[idx], []).append(steps)
           steps.append((slot[idx], self._cast(base(idx.src[0]).arg.dtype), (slot[val],)))
         else:
           p = index_param[idx]
@@ -138,7 +144,7 @@ class LoopPlan:
     if (cost:=(len(body) + len(reg_loads)) * self.nsteps * STEP_S + work * ELEMENT_S) > (build:=BUILD_S + BUILD_S_PER_NODE * len(topo)):
       return refuse(f"the loop's ~{cost*1e3:.0f} ms over a build's ~{build*1e3:.0f} ms")
     if not written: return None
-    self.pre, self.body, self.post, self.loop_slot = pre, reg_loads + body, post, slot[loop]
+    self.pre, self.body, self.post, self.loop_slot, self.work = pre, reg_loads + body, post, slot[loop], work
     self.estimates = Estimates(flops, sum(mem.values()), sum(mem.values()))
     self.ok = True
 
