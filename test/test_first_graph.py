@@ -9,7 +9,7 @@ from tinygrad import Tensor, TinyJit, Device, dtypes, Variable
 from tinygrad.helpers import Context, GlobalCounters
 from tinygrad.fork_line import LINE_012
 if LINE_012: raise unittest.SkipTest("the 0.14 line's first tier")
-from fork_topics import skip_module_unless
+from fork_topics import skip_module_unless, applied
 skip_module_unless('first-numpy-graph')
 from tinygrad import vmap, jacfwd   # noqa: E402
 from tinygrad.engine import first_graph   # noqa: E402
@@ -221,6 +221,24 @@ class TestScheduled(GraphCase):
       self.assertEqual(ran, 1 if k == 0 else 0)
       np.testing.assert_allclose(out[0], (np.exp(f64(x)) * x).sum(1), rtol=1e-5)
     self.assertFalse(any(first_graph.is_graph_program(c.src[0]) for c in f.captured.linear.src if c.op is first_graph.Ops.CALL))
+
+  @unittest.skipUnless(applied('jit-first-call-numpy'), "TinyJit's hook")
+  def test_tinyjit_first_call_keeps_the_graph(self):
+    # a function realized again in a TinyJit's first call (an iteration run twice) is the graph's again while that costs less than its
+    # schedule: the capture schedules it next
+    x = f32(30, 6)
+    for per_node, graph_runs, k in ((first_graph.SCHEDULE_S_PER_NODE, 2, 0.5), (0.0, 1, 0.25)):   # (another function each)
+      def twice(X):
+        for _ in range(2): X = vmap(lambda r: (r * k + r.sin()).exp() * 0.25)(X).realize()
+        return X
+      want = f64(x)
+      for _ in range(2): want = np.exp(want * k + np.sin(want)) * 0.25
+      with self.subTest(per_node=per_node), unittest.mock.patch.object(first_graph, "SCHEDULE_S_PER_NODE", per_node):
+        jf = TinyJit(twice)
+        for i in range(3):
+          out, ran = self.graph_runs(jf, x)
+          self.assertEqual(ran, graph_runs if i == 0 else 0)
+          np.testing.assert_allclose(out[0], want, rtol=1e-5)
 
   def test_schedule_linear_is_scheduled(self):   # a linear looked at, not run: the kernels, never the graph
     t = Tensor(f32(8)).realize().exp() + 1

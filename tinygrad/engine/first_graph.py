@@ -21,6 +21,7 @@ from tinygrad.uop.ops import Ops, UOp, GroupOp, ProgramInfo, KernelInfo, graph_r
 from tinygrad.uop.symbolic import sym
 from tinygrad.renderer import Estimates
 import contextlib
+import tinygrad.engine.first_numpy as first_numpy
 from tinygrad.engine.first_numpy import enabled, numpy_available, NP_DTYPES, UNARY, BINARY, MAX_WORK, _Run, _users
 from tinygrad.engine.first_loop import LoopPlan, loop_range, loop_plan
 
@@ -41,6 +42,8 @@ def graph_enabled() -> bool:
   return FIRST_GRAPH.value > 0 if FIRST_GRAPH.value >= 0 else enabled() and SPEC < 2
 
 seen: set[bytes] = set()   # the functions seen once in this process: the next realize of one is scheduled
+graph_spent: dict[bytes, float] = {}   # a function's key: the seconds its graph's runs took
+SCHEDULE_S_PER_NODE = 0.6e-3   # what rangeify and the kernel split cost a node of a function (bench W4's vmap(jacfwd): 160 nodes, ~120 ms)
 _runs_now: list[bool] = []
 @contextlib.contextmanager
 def runs_now():
@@ -202,12 +205,14 @@ def _seen_key(function:UOp) -> bytes:
 
 def graph_linear(function:UOp) -> UOp|None:
   """the function's linear as one numpy PROGRAM where it is seen the first time (and numpy can run it), else None: scheduled as before"""
-  if not _runs_now or not graph_enabled() or (key:=_seen_key(function)) in seen: return None
+  if not _runs_now or not graph_enabled(): return None
   from tinygrad.engine.realize import capturing
   if capturing: return None
+  # seen before: scheduled, but in a TinyJit's first call (its capture schedules it next) while its graph's runs cost less than a schedule
+  if (again:=(key:=_seen_key(function)) in seen) and not first_numpy.jit_first: return None
   if len(seen) > 1 << 16: seen.clear()   # a process of many one-off functions (a new constant each step) forgets the oldest
   seen.add(key)
-  if (p:=plan(function)) is None: return None
+  if (p:=plan(function)) is None or (again and graph_spent.get(key, 1e9) >= SCHEDULE_S_PER_NODE * len(p[0])): return None
   topo, params, est, _ = p
   # the COPYs first, as the schedule makes them: CALL(COPY, dst, src), on the function's PARAMs as the graph's CALL
   copies = tuple(UOp(Ops.CALL, dtypes.void, (u.src[1], _whole(u.src[0]), _whole(u.src[1].src[0]))) for u in topo if is_copy(u))
@@ -215,7 +220,7 @@ def graph_linear(function:UOp) -> UOp|None:
   # a CALL's kernel as a built PROGRAM (the lowering builds no CALL inside this one), the kernel loop_plan planned
   body = function.substitute({c: c.replace(src=(UOp(Ops.PROGRAM, src=(lp.ast, UOp(Ops.BINARY, arg=b"")), arg=ProgramInfo(PREFIX + "loop")),
                                                 *c.src[1:])) for c, lp in p[3].items()}).replace(arg=KernelInfo(name=name, estimates=est))
-  _planned[body] = p   # for graph_runtime, when get_runtime makes the runtime next
+  _planned[body] = (p, key)   # for graph_runtime, when get_runtime makes the runtime next
   outs = tuple(i for i, p in enumerate(params) if any(u.op is Ops.STORE and not is_copy(u) and _root(u.src[0]) is p or
                                                       u.op is Ops.CALL and u.src[1] is p for u in topo))
   # a PROGRAM with a BINARY is built: the lowering leaves it, get_runtime makes its runtime here (graph_runtime)
@@ -227,8 +232,9 @@ def is_graph_program(prg:UOp) -> bool: return prg.op is Ops.PROGRAM and isinstan
 
 _planned: dict[UOp, tuple] = {}
 def graph_runtime(prg:UOp) -> NumpyGraph|None:
-  if not is_graph_program(prg) or (p:=_planned.pop(prg.src[0], None) or plan(prg.src[0])) is None: return None
-  return NumpyGraph(p[0], p[1], p[3])
+  if not is_graph_program(prg): return None
+  p, key = _planned.pop(prg.src[0], None) or (plan(prg.src[0]), None)
+  return None if p is None else NumpyGraph(p[0], p[1], p[3], key)
 
 ELEMENTWISE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
 
@@ -237,8 +243,8 @@ class NumpyGraph:
   Each region of elementwise ops is one expression over its leaves (the values it reads: loads, reduces, movement ops), rewritten by
   symbolic as the codegen rewrites a kernel (x/x is 1, x*(1/(1+x)) is 1-1/(1+x), pi/2-(pi/2-x) is x): numpy computes what the
   kernels compute. Only its roots (the values something else reads) are made"""
-  def __init__(self, topo:list[UOp], params:list[UOp], loops:dict[UOp, LoopPlan]):
-    self.topo, self.params, self.loops = topo, params, loops
+  def __init__(self, topo:list[UOp], params:list[UOp], loops:dict[UOp, LoopPlan], key:bytes|None=None):
+    self.topo, self.params, self.loops, self.key = topo, params, loops, key
     users = _users(topo)
     self.einsums, self.lazy = _einsums(topo, users)
     self.stored = {_root(u.src[0]) for u in topo if u.op is Ops.STORE and not is_copy(u)} | {u.src[1] for u in loops}
@@ -292,7 +298,9 @@ class NumpyGraph:
     raw = {p: np.frombuffer(to_mv(b.va_addr, b.size), np.uint8).view(NP_DTYPES[p.arg.dtype])[:prod(p.shape)].reshape(p.shape)
            for p, b in zip(self.params, bufs)}
     with np.errstate(all="ignore"): _GraphRun(self, np, raw)
-    return time.perf_counter() - st if wait else None
+    et = time.perf_counter() - st
+    if self.key is not None: graph_spent[self.key] = graph_spent.get(self.key, 0.0) + et
+    return et if wait else None
 
 class _GraphRun(_Run):
   """one evaluation: each value an array of its node's shape or one that broadcasts to it (a constant is a scalar)"""

@@ -11,7 +11,7 @@ last bit of a transcendental, computed in float64 and rounded) are taken; anythi
 buffer read at other elements than it writes, a store whose index misses a range its value depends on, too much work) is built as
 before. FIRST_NUMPY below says when it is on. Tested in test/test_first_numpy.py."""
 from __future__ import annotations
-import os, time, functools, importlib.util
+import os, time, functools, importlib.util, contextlib
 from dataclasses import replace
 from typing import Any
 from tinygrad.helpers import ContextVar, DEBUG, VIZ, PROFILE, to_mv, prod
@@ -33,6 +33,16 @@ MAX_WORK, MAX_ELEMENTS = 1 << 26, 1 << 25   # element-ops of a kernel (every val
 # what a kernel's build (0.14's codegen in Python, then clang) costs, measured on the bench's kernels: 50 ms, and 0.5 ms an AST node (a
 # scan's kernel of 1333 nodes 1 s). engine/first_loop.py weighs its Python loop against it; engine/first_tier.py a TinyJit first call's runs
 BUILD_S, BUILD_S_PER_NODE = 0.05, 0.5e-3
+# a TinyJit's first call runs its function eagerly and its second captures it, scheduling and building every kernel in full: in the first
+# call a kernel lowered again (an iteration run twice) stays numpy's (engine/first_tier.py's stays_quick), a function realized again
+# numpy's over its graph (engine/first_graph.py), while their runs took less than the build or schedule would
+jit_first = 0   # TinyJit first calls running now
+@contextlib.contextmanager
+def jit_first_call(on:bool):
+  global jit_first
+  jit_first += on
+  try: yield
+  finally: jit_first -= on
 
 NP_DTYPES = {dtypes.bool: "bool", dtypes.int8: "int8", dtypes.int16: "int16", dtypes.int32: "int32", dtypes.int64: "int64",
              dtypes.uint8: "uint8", dtypes.uint16: "uint16", dtypes.uint32: "uint32", dtypes.uint64: "uint64", dtypes.float16: "float16",

@@ -9,14 +9,14 @@ leaves out elementwise upcasts, the tile's M and N and a reduce's upcast outputs
 (clang fuses multiply-adds differently). A quick build is kept in the program cache too, under its own key. Tested in
 test/test_first_call_cpu.py."""
 from __future__ import annotations
-import contextlib
 from tinygrad.helpers import BEAM, Context, ContextVar, getenv
 from tinygrad.uop.ops import Ops, UOp
 from tinygrad.renderer import Renderer
 import tinygrad.codegen as codegen
 from tinygrad.codegen import to_program, to_program_cache, program_cache
 from tinygrad.codegen.opt.heuristic_cpu import quick_opts_differ
-from tinygrad.engine.first_numpy import numpy_program, numpy_spent, BUILD_S, BUILD_S_PER_NODE
+import tinygrad.engine.first_numpy as first_numpy
+from tinygrad.engine.first_numpy import numpy_program, numpy_spent, BUILD_S, BUILD_S_PER_NODE, jit_first_call  # noqa: F401 (TinyJit's hook)
 from tinygrad.engine.first_graph import is_graph_program
 
 TIERED = ContextVar("TIERED", 1)   # TIERED=0: every build is full
@@ -41,18 +41,10 @@ def first_build(ast:UOp, ren:Renderer, quick:bool) -> tuple[UOp, bool]:
   # it once across processes. do_to_program looked up at the call: a test's mock of it sees it
   with Context(QUICK_OPTS=1): return program_cache.cached_to_program(ast, ren, lambda a, r: codegen.do_to_program(a, r)), True
 
-# a TinyJit's first call runs its function eagerly and its second captures it, building every kernel in full: in the first call a kernel
-# lowered again (an iteration run twice) keeps its numpy run while its runs took less than a build of it would (first_numpy's BUILD_S)
-jit_first = 0   # TinyJit first calls running now
-@contextlib.contextmanager
-def jit_first_call(on:bool):
-  global jit_first
-  jit_first += on
-  try: yield
-  finally: jit_first -= on
-
 def stays_quick(key:tuple) -> bool:
-  if not jit_first or (prg:=quick_programs.get(key)) is None or (spent:=numpy_spent.get(prg)) is None: return False
+  """in a TinyJit's first call (first_numpy's jit_first_call), a kernel lowered again keeps its numpy run while its runs took less than a
+  build of it would: the capture builds it"""
+  if not first_numpy.jit_first or (prg:=quick_programs.get(key)) is None or (spent:=numpy_spent.get(prg)) is None: return False
   return spent < BUILD_S + BUILD_S_PER_NODE * len(quick_asts[prg].toposort())
 
 def add_quick(key:tuple, prg:UOp, ast:UOp) -> None:
