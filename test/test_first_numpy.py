@@ -280,13 +280,13 @@ class TestLoopKernel(FirstNumpyCase):
   @unittest.skipUnless(applied('jit-first-call-numpy'), "TinyJit's hook")
   def test_tinyjit_first_call_keeps_numpy(self):
     # a kernel lowered again in a TinyJit's first call (an iteration run twice) stays numpy's: the capture builds it, the first call doesn't
-    x = f32(30, 5)
+    x = f32(30, 5, lo=-1, hi=1)
     for budget, numpy_runs, k in ((first_tier.BUILD_S, 2, 1.5), (0.0, 1, 1.25)):   # (another kernel each: none compiled yet)
       def twice(X):
-        for _ in range(2): X = vmap(lambda r: (r.sin() * k + r).exp() * 0.5)(X).realize()
+        for _ in range(2): X = vmap(lambda r: (r.sin() * k - r * 0.5).exp() * 0.5)(X).realize()
         return X
       want = f64(x)
-      for _ in range(2): want = np.exp(np.sin(want) * k + want) * 0.5
+      for _ in range(2): want = np.exp(np.sin(want) * k - want * 0.5) * 0.5
       with self.subTest(budget=budget), unittest.mock.patch.object(first_tier, "BUILD_S", budget), \
            unittest.mock.patch.object(first_tier, "BUILD_S_PER_NODE", first_tier.BUILD_S_PER_NODE if budget else 0.0):
         Device["CPU"].synchronize()
