@@ -210,7 +210,7 @@ def graph_linear(function:UOp) -> UOp|None:
   if capturing: return None
   # seen before: scheduled, but in a TinyJit's first call (its capture schedules it next) while its graph's runs cost less than a schedule
   if (again:=(key:=_seen_key(function)) in seen) and not first_numpy.jit_first: return None
-  if len(seen) > 1 << 16: seen.clear()   # a process of many one-off functions (a new constant each step) forgets the oldest
+  if len(seen) > 1 << 16: seen.clear(); graph_spent.clear()   # a process of many one-off functions (a new constant each step) forgets them
   seen.add(key)
   if (p:=plan(function)) is None or (again and graph_spent.get(key, 1e9) >= SCHEDULE_S_PER_NODE * len(p[0])): return None
   topo, params, est, _ = p
