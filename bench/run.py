@@ -1101,6 +1101,11 @@ def render_kernel_detail(rows:list[dict]) -> str:
                  f"{fmt(k['us'], 1)} |")
   return "\n".join(out)
 
+# a first call's tiers on the fork, in the W7 and W8 sections' words
+TIERS_FIRST_W = ("its -O1 builds" if LINE_012 else
+                 "numpy for a function's first realize and a kernel's first run (engine/first_graph.py, first_numpy.py, a scan's kernel a loop in "
+                 "Python: first_loop.py; kept for what TinyJit's first call runs again)")
+
 def render_w7() -> str:
   """RESULTS.md's W7 section from bench/results-w7.json (bench/w7_trajopt.py --write), when it has been measured"""
   if not (path := BENCH/"results-w7.json").exists(): return ""
@@ -1116,7 +1121,7 @@ def render_w7() -> str:
 examples/trajopt.py's iLQR (bench/w7_trajopt.py, measured {w7['date']}): one iteration over B problems of T knots ({sizes}), float32, one
 thread and one core per framework, each in a fresh process (bench/run.py's environment), 3 processes each, in rounds. *ms / iteration*:
 median of 9 after 3 warm-up iterations (TinyJit captures on the 2nd) in the median process, then each process's; *first call*: the
-first iteration of that process (tinygrad: graph building, scheduling,
+first iteration of that process (tinygrad: graph building, then {TIERS_FIRST_W} where it applies, else scheduling,
 codegen, clang; JAX: trace and XLA compile). The same algorithm in all three (test/test_trajopt.py's numpy iLQR is the spec): derivatives
 by vmap of jacfwd / jacrev / hessian over the knots, a Riccati recursion backward and the rollouts of 5 step sizes forward, the best
 step kept per problem. Every framework's iterates are checked against numpy float64 (`python bench/w7_trajopt.py`: float64 to 1e-6).
@@ -1143,7 +1148,8 @@ state (a rollout, then {r0['iters']} iLQR iterations of W7's algorithm), and the
 one thread and one core per framework, each in a fresh process (bench/run.py's environment), 3 processes each, in rounds. *ms / period*:
 the solve's wall time, state in to control out, median and worst of {r0['periods'] - 3} periods after 3 warm-up periods in the median
 process (the goal: under 1 ms at B=1; a worst far above every framework's median is the machine preempting the process); *first
-call*: the first period (tinygrad: graph building, scheduling, codegen, clang; JAX: trace and XLA compile). Each framework's closed loop
+call*: the first period (tinygrad: graph building, then {TIERS_FIRST_W} where it applies, else scheduling, codegen, clang; JAX: trace
+and XLA compile). Each framework's closed loop
 is checked against numpy float64's (`python bench/w8_mpc.py`: controls and path to 5e-3).
 
 {chr(10).join(lines)}
