@@ -328,7 +328,8 @@ class _GraphRun(_Run):
       view[...] = np.asarray(self.v[u.src[1]]).astype(view.dtype, copy=False)
     elif u.op is Ops.AFTER: self.v[u] = self.target(u.src[0])
     elif u.op is Ops.CALL:   # the kernel over flat arrays: its inputs' values made contiguous, its output the buffer itself
-      bufs = [self.raw[u.src[1]].reshape(-1)] + [np.ascontiguousarray(np.broadcast_to(self.v[b], b.shape)).reshape(-1) for b in u.src[2:]]
+      bufs = [self.raw[u.src[1]].reshape(-1)] + [np.ascontiguousarray(np.broadcast_to(self.v[b], b.shape), NP_DTYPES[b.dtype]).reshape(-1)
+                                                 for b in u.src[2:]]
       g.loops[u].run(dict(enumerate(bufs)))
     elif u.op in PASS: self.v[u] = self.v[u.src[0]]
     elif u.op in MOVEMENT: self.v[u] = _move(np, u, np.asarray(self.v[u.src[0]]))

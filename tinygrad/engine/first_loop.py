@@ -43,7 +43,9 @@ class LoopPlan:
     inside, after = set(), set()
     for u in topo:
       if u.op is Ops.END and loop in u.src[1:]: after.add(u)
-      elif u is loop or any(s in inside for s in u.src): inside.add(u)
+      elif u is loop or any(s in inside for s in u.src):
+        if any(s in after for s in u.src): return refuse("a value of the loop read after it")
+        inside.add(u)
       elif any(s in after for s in u.src): after.add(u)
     if any(r in inside for r in ranges) or any(u.op is Ops.END and u in inside for u in topo): return refuse("a range inside the loop")
     # the other ranges are axes: each example's registers an element of an array, so each must be stored before the loop reads it (in
