@@ -23,7 +23,7 @@ from tinygrad.renderer import Estimates
 import contextlib
 import tinygrad.engine.first_numpy as first_numpy
 from tinygrad.engine.first_numpy import enabled, numpy_available, NP_DTYPES, UNARY, BINARY, MAX_WORK, _Run, _users
-from tinygrad.engine.first_loop import LoopPlan, loop_range, loop_plan
+from tinygrad.engine.first_loop import LoopPlan, loop_plan
 
 MOVEMENT = {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 PASS = {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH}   # a value as it is
@@ -90,10 +90,10 @@ def _loop_kernel(call:UOp) -> LoopPlan|None:
   if (k:=call.src[0]).op is Ops.PROGRAM and k.arg.name.startswith(PREFIX): kernel = k.src[0]   # graph_linear's, rewritten already
   elif k.op is Ops.SINK: kernel = graph_rewrite(k, sym, name="first numpy symbolic")   # as first_numpy rewrites a kernel: the codegen's folds
   else: return None
-  if loop_range(kernel) is None or (lp:=loop_plan(kernel)) is None: return None
+  if (lp:=loop_plan(kernel)) is None: return None
   # each PARAM of the kernel is the CALL's buffer of its slot, of its size and dtype; the kernel writes its first alone
   ps = {u.arg.slot: u for u in kernel.toposort() if u.op is Ops.PARAM}
-  if sorted(ps) != list(range(len(call.src) - 1)) or set(lp.params) != set(ps) or any(
+  if sorted(ps) != list(range(len(call.src) - 1)) or any(
      ps[i].arg.dtype != b.dtype or not isinstance(ps[i].src[0].arg, int) or ps[i].src[0].arg != prod(b.shape) for i, b in enumerate(call.src[1:])):
     return refuse("a CALL whose buffers are not its kernel's")
   return lp

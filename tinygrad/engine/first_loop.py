@@ -8,7 +8,7 @@ Taken only where every op is one this module runs as the C program would (engine
 transcendentals in float64 rounded), the registers are indexed by constants, no other range is inside the loop and no buffer is read
 where it is written; anything else is built as before. Tested in test/test_first_numpy.py (TestLoopKernel)."""
 from __future__ import annotations
-import operator, time
+import operator
 from typing import Any, Callable
 from tinygrad.helpers import prod, to_mv
 from tinygrad.dtype import dtypes, AddrSpace, Invalid
@@ -29,7 +29,7 @@ STEP_S, ELEMENT_S = 2e-6, 2e-9   # what a step of the body costs in Python, and 
 class LoopPlan:
   """what numpy runs: the steps before the loop, the loop's body (once a step), the steps after it, and each slot's initial value"""
   def __init__(self, ast:UOp):
-    from tinygrad.engine.first_numpy import SUPPORTED, NP_DTYPES, MAX_WORK, BUILD_S, BUILD_S_PER_NODE, refuse, _Run
+    from tinygrad.engine.first_numpy import SUPPORTED, NP_DTYPES, MAX_WORK, BUILD_S, BUILD_S_PER_NODE, refuse, cos_args, _Run
     self.ok, self.ast, topo = False, ast, list(ast.toposort())
     if ops:={u.op for u in topo} - (SUPPORTED - {Ops.REDUCE}) - LOOP_OPS: return refuse(f"{ops} in a loop kernel")
     loops = [u for u in topo if u.op is Ops.RANGE and u.arg[-1] is AxisType.LOOP]
@@ -69,7 +69,8 @@ class LoopPlan:
     def base(u:UOp) -> UOp:
       while u.op is Ops.AFTER: u = u.src[0]
       return u
-    cos_of = self._cos_args(topo)
+    nodes = set(topo)   # Tensor.cos is cos of its x (first_numpy's cos_args) where x is a value of the kernel
+    cos_of = {u: x for u, x in cos_args(topo).items() if x in nodes}
     for u in topo:
       dt = u.dtype
       if u.op not in (Ops.SINK, Ops.END, Ops.STORE, Ops.GROUP, Ops.AFTER, Ops.BUFFER, Ops.PARAM, Ops.RESHAPE, Ops.STACK) and \
@@ -155,13 +156,6 @@ class LoopPlan:
     return np.arange(r.src[0].arg, dtype=np.int64).reshape([s if i == self.axes[r] else 1 for i, s in enumerate(self.sizes)])
 
   @staticmethod
-  def _cos_args(topo:list[UOp]) -> dict[UOp, UOp]:
-    """Tensor.cos is sin(pi/2 - x): cos of x itself, as first_numpy takes it (where x is a value of the kernel)"""
-    from tinygrad.codegen.decomp.transcendental import _cos_arg
-    nodes = set(topo)
-    return {u: x for u in topo if u.op is Ops.SIN and (x:=_cos_arg(u.src[0])) is not None and x in nodes}
-
-  @staticmethod
   def _flat_index(strides:tuple[int, ...]) -> Callable:
     if len(strides) == 1: return lambda i: i
     def flat(*idx):
@@ -214,22 +208,17 @@ class LoopPlan:
     for o, f, a in self.post: v[o] = f(*[v[i] for i in a])
 
 def loop_plan(ast:UOp) -> LoopPlan|None:
+  """the plan of a kernel with a LOOP range where this module runs it, else None"""
   import importlib.util
-  if importlib.util.find_spec("numpy") is None: return None
+  if loop_range(ast) is None or importlib.util.find_spec("numpy") is None: return None
   return p if (p:=LoopPlan(ast)).ok else None
 
 class LoopKernel:
   """a loop kernel's runtime: its plan run by numpy over the buffers it is called with"""
   def __init__(self, plan:LoopPlan, slots:list[int], prg:UOp|None=None): self.plan, self.slots, self.prg = plan, slots, prg
   def __call__(self, *bufs, global_size=None, local_size=None, vals=(), wait=False, timeout=None):
-    import numpy as np
-    from tinygrad.device import Device
-    from tinygrad.engine.first_numpy import numpy_spent
-    for d in sorted(Device._opened_devices): Device[d].synchronize()   # as first_numpy's NumpyKernel
-    st = time.perf_counter()
+    from tinygrad.engine.first_numpy import run_numpy
     dts = self.plan.param_dtypes
-    with np.errstate(all="ignore"):
-      self.plan.run({s: np.frombuffer(to_mv(b.va_addr, b.size), np.uint8).view(dts[s]) for s, b in zip(self.slots, bufs) if s in dts})
-    et = time.perf_counter() - st
-    if self.prg is not None: numpy_spent[self.prg] = numpy_spent.get(self.prg, 0.0) + et
+    et = run_numpy(self.prg, lambda np: self.plan.run({s: np.frombuffer(to_mv(b.va_addr, b.size), np.uint8).view(dts[s])
+                                                       for s, b in zip(self.slots, bufs) if s in dts}))
     return et if wait else None

@@ -19,7 +19,7 @@ from tinygrad.dtype import dtypes, DType, Invalid, AddrSpace
 from tinygrad.uop.ops import Ops, UOp, ProgramInfo, KernelInfo, GroupOp, graph_rewrite
 from tinygrad.renderer import Estimates
 from tinygrad.uop.symbolic import sym
-from tinygrad.engine.first_loop import loop_range, loop_plan, LoopKernel
+from tinygrad.engine.first_loop import loop_plan, LoopKernel
 
 # FIRST_NUMPY=1 on, 0 off. Left unset (-1), on but while pytest runs a test (PYTEST_CURRENT_TEST: a test of the codegen, the compiler or
 # the runtime, or one that mocks them, tests the compiled kernel; as the program cache), with DEBUG>=3 or VIZ (they show the codegen)
@@ -75,6 +75,11 @@ def _stored_param(store:UOp) -> UOp|None:
   p = store.src[0].src[0]
   while p.op in (Ops.RESHAPE, Ops.AFTER): p = p.src[0]
   return p if p.op is Ops.PARAM else None
+
+def cos_args(topo:list[UOp]) -> dict[UOp, UOp]:
+  """Tensor.cos is sin(pi/2 - x): each such SIN's x, whose cos is taken (as the codegen's decomposition takes it)"""
+  from tinygrad.codegen.decomp.transcendental import _cos_arg
+  return {u: x for u in topo if u.op is Ops.SIN and (x:=_cos_arg(u.src[0])) is not None}
 
 def refuse(why:str) -> None:
   if DEBUG >= 4: print(f"first_numpy: built, not run as numpy: {why}")
@@ -134,7 +139,7 @@ def numpy_program(ast:UOp) -> UOp|None:
   # the codegen's first rewrite of the AST (symbolic's algebra, which can turn an inf*0 into a 1-1/(1+x)): numpy computes what it does
   ast = graph_rewrite(ast, sym, name="first numpy symbolic")
   if (p:=plan(ast)) is not None: est, name = p[2], "np_" + "_".join(str(s) for s in p[1])   # numpy's, over ranges of these sizes
-  elif loop_range(ast) is not None and (lp:=loop_plan(ast)) is not None:   # a scan's kernel: its loop in Python (engine/first_loop.py)
+  elif (lp:=loop_plan(ast)) is not None:   # a scan's kernel: its loop in Python (engine/first_loop.py)
     est, name = lp.estimates, "npl_" + "_".join(str(s) for s in (*lp.sizes, lp.nsteps))
   else: return None
   if isinstance(ast.arg, KernelInfo): ast = ast.replace(arg=replace(ast.arg, estimates=est))   # what track_stats counts
@@ -152,7 +157,7 @@ def numpy_runtime(prg:UOp) -> NumpyKernel|None:
   if is_graph_program(prg): return graph_runtime(prg)
   if len(prg.src) != 1 or prg.src[0].op is not Ops.SINK: return None
   if (p:=plan(prg.src[0])) is not None: return NumpyKernel(prg.src[0], *p[:2], list(prg.arg.globals), prg)
-  if loop_range(prg.src[0]) is not None and (lp:=loop_plan(prg.src[0])) is not None: return LoopKernel(lp, list(prg.arg.globals), prg)
+  if (lp:=loop_plan(prg.src[0])) is not None: return LoopKernel(lp, list(prg.arg.globals), prg)
   return None
 
 class Affine:
@@ -171,8 +176,7 @@ class NumpyKernel:
     self.axes, self.sizes, self.slots, self.topo, self.prg = axes, sizes, slots, ast.toposort(), prg
     users, self.gated = _users(self.topo), _gates(self.topo)
     # Tensor.cos is sin(pi/2 - x): cos of x itself, as the codegen's decomposition takes it (pi/2 - x rounds to x's precision)
-    from tinygrad.codegen.decomp.transcendental import _cos_arg
-    self.cos_of = {u: x for u in self.topo if u.op is Ops.SIN and (x:=_cos_arg(u.src[0])) is not None}
+    self.cos_of = cos_args(self.topo)
     # a product only REDUCE ADDs use is evaluated there: a matmul or an einsum, never the product itself
     self.lazy = {u for u in self.topo if u.op is Ops.MUL and dtypes.is_float(u.dtype) and
                  all(c.op is Ops.REDUCE and c.arg[0] is Ops.ADD and c.src[0] is u for c in users[u])}
@@ -189,16 +193,21 @@ class NumpyKernel:
       if u.op not in (Ops.CONST, Ops.RANGE) and u in users: self.free_after.setdefault(max(at[c] for c in users[u]), []).append(u)
 
   def __call__(self, *bufs, global_size=None, local_size=None, vals=(), wait=False, timeout=None):
-    import numpy as np
-    from tinygrad.device import Device
-    # a CPU device runs its queue on a thread, and a copy into its buffers on either device's queue: numpy reads once every device is done
-    # with what it was given before this kernel (a compiled kernel would wait for those in its own queue)
-    for d in sorted(Device._opened_devices): Device[d].synchronize()
-    st = time.perf_counter()
-    with np.errstate(all="ignore"): _Run(self, np, {slot: np.frombuffer(to_mv(b.va_addr, b.size), np.uint8) for slot, b in zip(self.slots, bufs)})
-    et = time.perf_counter() - st
-    if self.prg is not None: numpy_spent[self.prg] = numpy_spent.get(self.prg, 0.0) + et
+    et = run_numpy(self.prg, lambda np: _Run(self, np, {slot: np.frombuffer(to_mv(b.va_addr, b.size), np.uint8) for slot, b in zip(self.slots, bufs)}))
     return et if wait else None
+
+def run_numpy(prg:UOp|None, run) -> float:
+  """run(np) once every open device is done, its seconds added to numpy_spent[prg]: a CPU device runs its queue on a thread, and a copy
+  into its buffers on either device's queue, so numpy reads once every device finished what it was given before this kernel (a compiled
+  kernel would wait for those in its own queue)"""
+  import numpy as np
+  from tinygrad.device import Device
+  for d in sorted(Device._opened_devices): Device[d].synchronize()
+  st = time.perf_counter()
+  with np.errstate(all="ignore"): run(np)
+  et = time.perf_counter() - st
+  if prg is not None: numpy_spent[prg] = numpy_spent.get(prg, 0.0) + et
+  return et
 
 class _Run:
   """one evaluation: each node's value an array over the kernel's axes (size 1 on those it does not depend on), a Python constant, or an
